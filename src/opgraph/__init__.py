@@ -1,0 +1,54 @@
+"""opgraph: a graph compiler and runtime for machine learning on NVIDIA GPUs and CPUs.
+
+The public API, re-exported explicitly from the private modules that define it.
+"""
+
+from .core.dtype import (
+    DType,
+    bfloat16,
+    bool_,
+    complex64,
+    complex128,
+    float16,
+    float32,
+    float64,
+    int4,
+    int8,
+    int16,
+    int32,
+    int64,
+    pack_4bit,
+    promote_types,
+    uint4,
+    uint8,
+    unpack_4bit,
+)
+from .core.errors import (
+    AttributeValueError,
+    DeviceError,
+    DTypeError,
+    ExecutionError,
+    FeedError,
+    GraphError,
+    OpgraphError,
+    SerializationError,
+    ShapeError,
+    VerificationError,
+)
+from .core.types import TensorType
+from .graph import Graph
+from .ir.graph import Operation, Tensor
+from .runtime.compile import CompilationDescriptor
+from .runtime.device import Device, device
+from .runtime.executable import Executable
+
+bool = bool_  # MPSGraph spells it ``bool``; ``og.bool_`` also works
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttributeValueError", "CompilationDescriptor", "DType", "DTypeError", "Device", "DeviceError",
+    "ExecutionError", "Executable", "FeedError", "Graph", "GraphError", "Operation", "OpgraphError",
+    "SerializationError", "ShapeError", "Tensor", "TensorType", "VerificationError", "__version__",
+    "bfloat16", "bool", "bool_", "complex64", "complex128", "device", "float16", "float32", "float64",
+    "int4", "int8", "int16", "int32", "int64", "pack_4bit", "promote_types", "uint4", "uint8", "unpack_4bit",
+]

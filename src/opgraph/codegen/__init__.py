@@ -1,0 +1,1 @@
+"""Code generation: the executable's Python function now; Triton kernels for fused regions later."""

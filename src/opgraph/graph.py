@@ -1,0 +1,26 @@
+"""``og.Graph``: the graph data (``ir.GraphCore``) plus every op family's builder methods and
+compile/run. Each mixin lives next to the ops it builds; this class only puts them together."""
+
+from __future__ import annotations
+
+from .ops.elementwise import ElementwiseBuilders
+from .ops.state import StateBuilders
+from .ops.unary import UnaryBuilders
+from .runtime.graph_methods import RuntimeMethods
+
+
+class Graph(
+    StateBuilders,
+    ElementwiseBuilders,
+    UnaryBuilders,
+    RuntimeMethods,
+):
+    """A graph of ops on symbolic tensors (MPSGraph's ``MPSGraph``).
+
+    >>> import opgraph as og, torch
+    >>> g = og.Graph()
+    >>> x = g.placeholder((None, 3), og.float32, name="x")
+    >>> y = g.exp(x) * 2.0
+    >>> g.run({x: torch.zeros(2, 3)}, [y])[0].tolist()
+    [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+    """

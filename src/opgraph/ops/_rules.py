@@ -1,0 +1,51 @@
+"""Type-rule building blocks shared by op families."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core.dtype import DType, promote_types
+from ..core.errors import DTypeError, ShapeError
+from ..core.shape import broadcast_shapes
+from ..core.types import TensorType
+
+
+def expect_arity(in_types: Sequence[TensorType], n: int) -> None:
+    if len(in_types) != n:
+        raise ShapeError(f"expects {n} inputs, got {len(in_types)}")
+
+
+def expect_dtype(t: TensorType, allowed: Sequence[DType] | None = None, *, what: str = "input",
+                 floating: bool = False, integer: bool = False, boolean: bool = False,
+                 numeric: bool = False) -> None:
+    """Raise ``DTypeError`` unless ``t.dtype`` is in ``allowed`` or in one of the named categories."""
+    d = t.dtype
+    ok = (allowed is not None and d in allowed) or (floating and (d.is_floating or d.is_complex)) or (
+        integer and d.is_integer) or (boolean and d.is_bool) or (numeric and not d.is_bool)
+    if d.packed:
+        ok = False  # 4-bit storage types only enter through quantization ops
+    if not ok:
+        kinds = [k for k, f in (("floating", floating), ("integer", integer), ("bool", boolean),
+                                ("numeric", numeric)) if f]
+        if allowed:
+            kinds += [a.name for a in allowed]
+        raise DTypeError(f"{what} dtype {d.name} is not supported (expects {' or '.join(kinds)})")
+
+
+def broadcast_types(in_types: Sequence[TensorType]) -> tuple[int | None, ...]:
+    return broadcast_shapes(*(t.shape for t in in_types))
+
+
+def promoted(in_types: Sequence[TensorType]) -> DType:
+    d = in_types[0].dtype
+    for t in in_types[1:]:
+        d = promote_types(d, t.dtype)
+    return d
+
+
+def same_dtype(in_types: Sequence[TensorType], what: str = "inputs") -> DType:
+    d = in_types[0].dtype
+    for t in in_types[1:]:
+        if t.dtype is not d:
+            raise DTypeError(f"{what} must have one dtype, got {', '.join(x.dtype.name for x in in_types)}")
+    return d

@@ -1,0 +1,31 @@
+"""What an op declaration is made of: ``OpDef``, ``FusionKind``, attribute classes, lowering helpers.
+
+A declaration reads, in one block::
+
+    EXP = OpDef("exp", infer=float_unary_rule, lower=direct(torch.exp), fusion=FusionKind.ELEMENTWISE)
+
+and the family's builder mixin adds the graph method that applies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..ir.attrs import serializable
+from ..ir.opdef import FusionKind, LowerContext, OpDef, all_ops, op_by_name
+
+__all__ = ["FusionKind", "LowerContext", "OpDef", "all_ops", "attrs", "direct", "op_by_name"]
+
+T = TypeVar("T", bound=type)
+
+
+def attrs(cls: T) -> T:
+    """Declare an attributes class: a frozen, serialisable dataclass."""
+    return serializable(dataclasses.dataclass(frozen=True)(cls))  # type: ignore[return-value]
+
+
+def direct(fn: Callable[..., Any]) -> Callable[[LowerContext], Callable[..., Any]]:
+    """A lowering that is one torch function called on the inputs, with no attributes."""
+    return lambda ctx: fn

@@ -1,0 +1,142 @@
+"""Sources and state: placeholder, constant, variable, read, assign.
+
+A variable is state that persists across runs on the device of the run. Its tensor, used directly,
+is the value at the start of the run; ``read`` gives the value at the read's point in the graph and
+``assign`` writes at its point (ops run in creation order), as in MPSGraph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.dtype import DType, as_dtype, float32, from_torch
+from ..core.errors import DTypeError, GraphError, ShapeError
+from ..core.shape import as_shape
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Operation, Tensor
+from .registry import FusionKind, OpDef, attrs
+
+
+@attrs
+class PlaceholderAttrs:
+    shape: tuple[int | None, ...]
+    dtype: DType
+
+
+def _payload_only(a: Any, ins: tuple[TensorType, ...]) -> TensorType:
+    raise GraphError("constants and variables take their type from their value")
+
+
+def _read_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
+    return ins[0]
+
+
+def _assign_rule(a: None, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    var, value = ins
+    if value.dtype is not var.dtype:
+        raise DTypeError(f"cannot assign a {value.dtype.name} value to a {var.dtype.name} variable")
+    if value.rank != var.rank or any(a is not None and b is not None and a != b
+                                     for a, b in zip(var.shape, value.shape, strict=True)):
+        raise ShapeError(f"cannot assign a value of shape {value.shape} to a variable of shape {var.shape}")
+    return ()
+
+
+PLACEHOLDER = OpDef("placeholder", infer=lambda a, ins: TensorType(a.shape, a.dtype), lower=None,
+                    attrs=PlaceholderAttrs, fusion=FusionKind.SOURCE, differentiable=False)
+CONSTANT = OpDef("constant", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE, differentiable=False)
+VARIABLE = OpDef("variable", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE)
+READ = OpDef("read", infer=_read_rule, lower=None, fusion=FusionKind.SOURCE)
+ASSIGN = OpDef("assign", infer=_assign_rule, lower=None, side_effects=True, differentiable=False)
+
+
+def to_torch(value: Any, dtype: DType | None = None) -> torch.Tensor:
+    """Convert a Python scalar, nested list, NumPy array or torch tensor to a CPU torch tensor."""
+    if isinstance(value, Tensor):
+        raise GraphError("expected a concrete value, got a symbolic Tensor")
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+    elif isinstance(value, np.ndarray | np.generic):
+        t = torch.from_numpy(np.ascontiguousarray(value))
+    elif isinstance(value, float) or (isinstance(value, (list, tuple)) and _has_float(value)):
+        t = torch.tensor(value, dtype=torch.float32)  # Python floats default to float32
+    else:
+        try:
+            t = torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise DTypeError(f"cannot make a tensor from {type(value).__name__}: {e}") from None
+    if dtype is not None:
+        t = t.to(dtype.torch_dtype)
+    else:
+        from_torch(t.dtype)  # raises DTypeError for dtypes opgraph lacks
+    return t.cpu()
+
+
+def _has_float(v: Any) -> bool:
+    return any(_has_float(x) if isinstance(x, (list, tuple)) else isinstance(x, float) for x in v)
+
+
+class StateBuilders(GraphCore):
+    """Graph methods for sources and state."""
+
+    def placeholder(self, shape: Sequence[int | None] | None, dtype: object = float32, *,
+                    name: str | None = None) -> Tensor:
+        """An input fed at run time; ``None`` dims are dynamic.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((None, 3), og.float32, name="x"); x.shape
+        (None, 3)
+        """
+        return self._apply(PLACEHOLDER, [], PlaceholderAttrs(as_shape(shape), as_dtype(dtype)), name)
+
+    def constant(self, value: Any, dtype: object = None, *, shape: Sequence[int] | None = None,
+                 name: str | None = None) -> Tensor:
+        """A constant from a scalar, list, NumPy array or torch tensor; a scalar with ``shape`` fills it.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.constant(1.5, og.float16, shape=(2, 2)).type
+        TensorType((2, 2), opgraph.float16)
+        """
+        dt = as_dtype(dtype) if dtype is not None else None
+        t = to_torch(value, dt)
+        if shape is not None:
+            if t.numel() != 1:
+                raise ShapeError(f"constant: shape= needs a scalar value, got {t.numel()} values")
+            t = t.reshape(()).expand(tuple(as_shape(shape))).contiguous()  # type: ignore[arg-type]
+        return self._add_op(CONSTANT, [], None, name, payload=t).output
+
+    def _constant_tensor(self, value: Any, dtype: DType | None) -> Tensor:
+        return self.constant(value, dtype)
+
+    def variable(self, value: Any, dtype: object = None, *, name: str | None = None) -> Tensor:
+        """Persistent state, initialised from ``value``, living on the device of each run.
+
+        >>> import opgraph as og, torch
+        >>> g = og.Graph(); w = g.variable(torch.zeros(3), name="w"); w.name
+        'w'
+        """
+        t = to_torch(value, as_dtype(dtype) if dtype is not None else None).clone()
+        return self._add_op(VARIABLE, [], None, name, payload=t).output
+
+    def read(self, variable: Tensor, *, name: str | None = None) -> Tensor:
+        """The variable's value at this point of the run (after earlier assigns)."""
+        expect_variable(variable, "read")
+        return self._apply(READ, [variable], None, name)
+
+    def assign(self, variable: Tensor, value: Any, *, name: str | None = None) -> Operation:
+        """Write ``value`` into ``variable`` at this point of the run; run it through ``target_ops``."""
+        expect_variable(variable, "assign")
+        v = self._as_tensor(value, like=variable.dtype)
+        return self._add_op(ASSIGN, [variable, v], None, name)
+
+
+def expect_variable(t: object, what: str) -> None:
+    if not isinstance(t, Tensor) or t.op.op is not VARIABLE:
+        shown = f"%{t.name} ({t.op.op.name})" if isinstance(t, Tensor) else type(t).__name__
+        raise GraphError(f"{what}: expects a variable tensor, got {shown}")
+
+
+__all__ = ["ASSIGN", "CONSTANT", "PLACEHOLDER", "READ", "VARIABLE", "StateBuilders", "expect_variable", "to_torch"]

@@ -1,0 +1,36 @@
+"""Constant folding: an op whose inputs are all constants becomes a constant (computed on the CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..core.shape import numel
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.opdef import FusionKind, LowerContext
+from ..ops.state import CONSTANT
+from .program import Program, rewrite
+
+FOLD_LIMIT = 1 << 16  # elements; larger results stay computed, to keep executables small
+
+
+def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
+    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Sequence[Tensor] | None:
+        if (op.op.side_effects or op.op.fusion is FusionKind.SOURCE or op.op.lower is None or not ins
+                or any(t.op.op is not CONSTANT for t in ins)):
+            return None
+        sizes = [numel(t.type.shape) for t in op.outputs]
+        if any(n is None or n > limit for n in sizes):
+            return None
+        ctx = LowerContext(op.attrs, tuple(t.type for t in ins), tuple(t.type for t in op.outputs),
+                           torch.device("cpu"))
+        result = op.op.lower(ctx)(*[t.op.payload for t in ins])
+        values = list(result) if isinstance(result, (tuple, list)) else [result]
+        outs = []
+        for t, v in zip(op.outputs, values, strict=True):
+            v = v.contiguous().to(t.type.dtype.torch_dtype)
+            outs.append(g._add_op(CONSTANT, [], None, None, payload=v, out_types=[t.type]).outputs[0])
+        return outs
+
+    return rewrite(program, fn)

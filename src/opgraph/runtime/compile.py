@@ -1,0 +1,110 @@
+"""Compilation: select the ops a run needs, specialise types, run the passes, generate the function."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..core.errors import FeedError, GraphError
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Operation, Tensor, infer_types
+from ..ops.state import PLACEHOLDER, PlaceholderAttrs
+from ..passes import (
+    DROP,
+    Pass,
+    PassRecord,
+    Program,
+    common_subexpression_elimination,
+    constant_folding,
+    dead_code_elimination,
+    rewrite,
+    run_pipeline,
+)
+
+
+@dataclass(frozen=True)
+class CompilationDescriptor:
+    """How to compile (MPSGraph's ``MPSGraphCompilationDescriptor``).
+
+    ``optimization_level``: 0 runs the graph as built; 1 (default) adds dead-code elimination,
+    common-subexpression elimination and constant folding.
+    ``verify_each_pass``: run the IR verifier after every pass (tests turn this on).
+    ``constant_fold_limit``: the largest result, in elements, that folding may produce.
+    """
+
+    optimization_level: int = 1
+    verify_each_pass: bool = False
+    constant_fold_limit: int = 1 << 16
+
+    def __post_init__(self) -> None:
+        from ..core.errors import AttributeValueError
+
+        if self.optimization_level not in (0, 1):
+            raise AttributeValueError(f"CompilationDescriptor: optimization_level must be 0 or 1, "
+                                      f"got {self.optimization_level!r}")
+        if self.constant_fold_limit < 0:
+            raise AttributeValueError("CompilationDescriptor: constant_fold_limit must be >= 0")
+
+    def passes(self) -> list[Pass]:
+        if self.optimization_level == 0:
+            return [Pass("dead_code_elimination", dead_code_elimination)]
+        return [
+            Pass("dead_code_elimination", dead_code_elimination),
+            Pass("common_subexpression_elimination", common_subexpression_elimination),
+            Pass("constant_folding", lambda p: constant_folding(p, self.constant_fold_limit)),
+            Pass("common_subexpression_elimination", common_subexpression_elimination),
+            Pass("dead_code_elimination", dead_code_elimination),
+        ]
+
+
+def check_roots(graph: GraphCore, feeds: Mapping[Tensor, TensorType], targets: Sequence[Tensor],
+                target_ops: Sequence[Operation]) -> None:
+    for t in feeds:
+        if not isinstance(t, Tensor) or t.graph is not graph:  # type: ignore[comparison-overlap]
+            raise FeedError(f"feed key {t!r} is not a tensor of this graph")
+        if t.op.op is not PLACEHOLDER:
+            raise FeedError(f"feed key %{t.name} is a {t.op.op.name} output; only placeholders are fed")
+    for t in targets:
+        if not isinstance(t, Tensor) or t.graph is not graph:  # type: ignore[comparison-overlap]
+            raise GraphError(f"target {t!r} is not a tensor of this graph")
+    for o in target_ops:
+        if not isinstance(o, Operation) or o.graph is not graph:
+            raise GraphError(f"target op {o!r} is not an operation of this graph")
+
+
+def select_and_specialize(graph: GraphCore, feeds: Mapping[Tensor, TensorType], targets: Sequence[Tensor],
+                          target_ops: Sequence[Operation]) -> Program:
+    """The ops the targets need, with placeholders given the fed types and all types re-inferred."""
+    check_roots(graph, feeds, targets, target_ops)
+    needed: set[int] = {id(t.op) for t in targets} | {id(o) for o in target_ops}
+    for op in reversed(graph.ops):
+        if id(op) in needed:
+            needed.update(id(t.op) for t in op.inputs)
+    fed = {id(t.op): ty for t, ty in feeds.items()}
+    for op in graph.ops:
+        if id(op) in needed and op.op is PLACEHOLDER and id(op) not in fed:
+            raise FeedError(f"placeholder %{op.name}: {op.outputs[0].type} is needed by the targets but not fed")
+
+    def specialize(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | object | None:
+        if id(op) not in needed:
+            return DROP
+        if op.op is PLACEHOLDER:
+            declared, given = op.outputs[0].type, fed[id(op)]
+            if not declared.accepts(given):
+                raise FeedError(f"feed for placeholder %{op.name}: expected {declared}, got {given}")
+            return g._add_op(PLACEHOLDER, [], PlaceholderAttrs(given.shape, given.dtype), op.name)
+        if op.payload is not None:
+            return None
+        types = infer_types(op.op, op.attrs, tuple(t.type for t in ins))
+        return g._add_op(op.op, ins, op.attrs, op.name, None, types)
+
+    roots = Program(graph, [t for t in feeds], list(targets), list(target_ops))
+    return rewrite(roots, specialize)  # type: ignore[arg-type]
+
+
+def optimize(program: Program, descriptor: CompilationDescriptor) -> tuple[Program, list[PassRecord]]:
+    log: list[PassRecord] = []
+    if descriptor.verify_each_pass:
+        program.graph.verify()
+    program = run_pipeline(program, descriptor.passes(), descriptor.verify_each_pass, log)
+    return program, log

@@ -1,0 +1,163 @@
+"""``Executable``: a compiled graph bound to a device (MPSGraph's ``MPSGraphExecutable``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.dtype import from_torch
+from ..core.errors import ExecutionError, FeedError, OpgraphError
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.printer import excerpt, format_ops
+from ..ops.state import VARIABLE
+from ..passes import PassRecord, Program
+from .compile import CompilationDescriptor, optimize, select_and_specialize
+from .device import Device
+
+
+class Executable:
+    """Compiled targets of a graph for given feed types on one device.
+
+    >>> import opgraph as og
+    >>> g = og.Graph(); x = g.placeholder((3,), og.float32)
+    >>> exe = g.compile({x: og.TensorType((3,), og.float32)}, [g.exp(x) + 1.0], device=og.device("cpu"))
+    >>> [t.tolist() for t in exe.run([[0.0, 0.0, 0.0]])]
+    [[2.0, 2.0, 2.0]]
+    """
+
+    def __init__(self, graph: GraphCore, feeds: dict[Tensor, TensorType], targets: Sequence[Tensor],
+                 target_ops: Sequence[Operation], device: Device, descriptor: CompilationDescriptor) -> None:
+        from ..codegen.python import generate
+
+        self.graph = graph
+        self.feed_tensors: list[Tensor] = list(feeds)
+        self.target_tensors: list[Tensor] = list(targets)
+        self.target_operations: list[Operation] = list(target_ops)
+        self.input_types: list[TensorType] = [feeds[t] for t in self.feed_tensors]
+        self.device = device
+        self.descriptor = descriptor
+        program = select_and_specialize(graph, feeds, targets, target_ops)
+        self.output_types_: list[TensorType] = [t.type for t in program.outputs]
+        self.program: Program
+        self.pass_log: list[PassRecord]
+        self.program, self.pass_log = optimize(program, descriptor)
+        self._state = graph._state.setdefault(str(device), {})
+        for op in self.program.graph.ops:
+            if op.op is VARIABLE and op.name not in self._state:
+                self._state[op.name] = op.payload.to(device.torch).clone()  # type: ignore[union-attr]
+        self._generated = generate(self.program, device.torch, self._state)
+        self._fn = self._generated.fn
+        self._checks = [(ty.dtype.torch_dtype, ty.shape) for ty in self.input_types]
+        self._torch_device = device.torch
+
+    # ---- running ---------------------------------------------------------------------------
+    def _prepare(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        if len(inputs) != len(self._checks):
+            raise FeedError(f"executable takes {len(self._checks)} inputs "
+                            f"({', '.join('%' + t.name for t in self.feed_tensors)}), got {len(inputs)}")
+        out = []
+        for k, (value, (dt, shape)) in enumerate(zip(inputs, self._checks, strict=True)):
+            if not isinstance(value, torch.Tensor):
+                value = _to_torch(value, self.input_types[k], self.feed_tensors[k])
+            if value.dtype != dt or value.dim() != len(shape) or any(
+                    d is not None and d != s for d, s in zip(shape, value.shape, strict=True)):
+                raise FeedError(f"input {k} (%{self.feed_tensors[k].name}): expected {self.input_types[k]}, "
+                                f"got {_describe(value)}")
+            if value.device != self._torch_device:
+                value = value.to(self._torch_device, non_blocking=True)
+            out.append(value)
+        return out
+
+    def run(self, inputs: Sequence[Any] = ()) -> list[torch.Tensor]:
+        """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
+        args = self._prepare(inputs)
+        try:
+            return self._fn(*args)
+        except OpgraphError:
+            raise
+        except Exception as e:  # a kernel failed: name the op it ran for
+            raise self._execution_error(e) from e
+
+    __call__ = run
+
+    def _execution_error(self, e: BaseException) -> ExecutionError:
+        op = None
+        tb = e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self._generated.filename:
+                op = self._generated.line_ops.get(tb.tb_lineno)
+            tb = tb.tb_next
+        if op is None:
+            return ExecutionError(f"executable failed: {type(e).__name__}: {e}")
+        shown = ", ".join(str(t.type) for t in op.inputs)
+        return ExecutionError(f"{op.op.name}({shown}) failed at run time in op %{op.name}: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n"
+                              f"  inputs:\n{excerpt(op.inputs)}")
+
+    # ---- types and specialisation ----------------------------------------------------------
+    def output_types(self, input_types: Sequence[TensorType] | None = None) -> list[TensorType]:
+        """Target types for ``input_types`` (MPSGraph's ``getOutputTypes``); the compiled ones if None."""
+        if input_types is None:
+            return list(self.output_types_)
+        feeds = self._typed_feeds(input_types)
+        return [t.type for t in select_and_specialize(self.graph, feeds, self.target_tensors,
+                                                      self.target_operations).outputs]
+
+    def specialize(self, input_types: Sequence[TensorType], device: Device | None = None) -> Executable:
+        """A new executable compiled for narrower ``input_types`` (e.g. dynamic dims made static)."""
+        return Executable(self.graph, self._typed_feeds(input_types), self.target_tensors,
+                          self.target_operations, device or self.device, self.descriptor)
+
+    def _typed_feeds(self, input_types: Sequence[TensorType]) -> dict[Tensor, TensorType]:
+        if len(input_types) != len(self.feed_tensors):
+            raise FeedError(f"expected {len(self.feed_tensors)} input types, got {len(input_types)}")
+        for t, old, new in zip(self.feed_tensors, self.input_types, input_types, strict=True):
+            if not old.accepts(new):
+                raise FeedError(f"input %{t.name}: {new} does not fit the compiled type {old}")
+        return dict(zip(self.feed_tensors, input_types, strict=True))
+
+    # ---- introspection ---------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """The generated Python function."""
+        return self._generated.source
+
+    def summary(self) -> str:
+        ops = self.program.graph.ops
+        counts: dict[str, int] = {}
+        for o in ops:
+            counts[o.op.name] = counts.get(o.op.name, 0) + 1
+        top = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        ins = ", ".join(f"%{t.name}: {ty}" for t, ty in zip(self.feed_tensors, self.input_types, strict=True))
+        outs = ", ".join(str(t) for t in self.output_types_)
+        return (f"Executable on {self.device}: {len(ops)} ops ({top})\n  inputs: {ins or '-'}\n"
+                f"  outputs: {outs or '-'}")
+
+    def __str__(self) -> str:
+        return self.summary() + "\n" + format_ops(self.program.graph.ops)
+
+    def __repr__(self) -> str:
+        return f"<Executable on {self.device}: {len(self.program.graph)} ops>"
+
+
+def _to_torch(value: Any, expected: TensorType, feed: Tensor) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        try:
+            return torch.from_numpy(value)
+        except TypeError:
+            raise FeedError(f"input %{feed.name}: NumPy dtype {value.dtype} is not supported") from None
+    if isinstance(value, (list, tuple, int, float, bool, np.generic)):
+        return torch.tensor(value, dtype=expected.dtype.torch_dtype)
+    raise FeedError(f"input %{feed.name}: expected a torch.Tensor or numpy.ndarray, got {type(value).__name__}")
+
+
+def _describe(value: torch.Tensor) -> str:
+    try:
+        return str(TensorType(tuple(value.shape), from_torch(value.dtype)))
+    except OpgraphError:
+        return f"{value.dtype}{tuple(value.shape)}"
+
