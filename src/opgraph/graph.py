@@ -3,7 +3,20 @@ compile/run. Each mixin lives next to the ops it builds; this class only puts th
 
 from __future__ import annotations
 
+from .ops.activation import ActivationBuilders
+from .ops.conv import ConvBuilders
 from .ops.elementwise import ElementwiseBuilders
+from .ops.gather import GatherBuilders
+from .ops.linalg import LinalgBuilders
+from .ops.nn import NNBuilders
+from .ops.norm import NormBuilders
+from .ops.pooling import PoolingBuilders
+from .ops.reduce import ReduceBuilders
+from .ops.resize import ResizeBuilders
+from .ops.scan import ScanBuilders
+from .ops.shape import ShapeBuilders
+from .ops.slicing import SlicingBuilders
+from .ops.sort import SortBuilders
 from .ops.state import StateBuilders
 from .ops.unary import UnaryBuilders
 from .runtime.graph_methods import RuntimeMethods
@@ -13,6 +26,19 @@ class Graph(
     StateBuilders,
     ElementwiseBuilders,
     UnaryBuilders,
+    ActivationBuilders,
+    ReduceBuilders,
+    ScanBuilders,
+    SortBuilders,
+    ShapeBuilders,
+    SlicingBuilders,
+    GatherBuilders,
+    LinalgBuilders,
+    ConvBuilders,
+    PoolingBuilders,
+    NormBuilders,
+    NNBuilders,
+    ResizeBuilders,
     RuntimeMethods,
 ):
     """A graph of ops on symbolic tensors (MPSGraph's ``MPSGraph``).

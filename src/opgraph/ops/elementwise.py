@@ -47,7 +47,16 @@ ARITH = dict(numeric=True)
 ADD = binary("add", torch.add, "x + y", **ARITH)
 SUBTRACT = binary("subtract", torch.sub, "x - y", **ARITH)
 MULTIPLY = binary("multiply", torch.mul, "x * y", **ARITH)
-DIVIDE = binary("divide", torch.div, "x / y (true division for floats; integers truncate toward zero)", **ARITH)
+
+
+def _divide_lower(ctx: LowerContext) -> Callable[..., Any]:
+    if ctx.in_types[0].dtype.is_integer:
+        return lambda x, y: torch.div(x, y, rounding_mode="trunc")
+    return torch.div
+
+
+DIVIDE = OpDef("divide", infer=binary_rule(numeric=True), lower=_divide_lower, fusion=ELEMENTWISE,
+               doc="x / y (true division for floats; integers truncate toward zero)")
 
 
 @attrs
