@@ -1,0 +1,192 @@
+"""Compile and run: feeds, targets, variables, caching, specialisation, devices, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import opgraph as og
+from opgraph.runtime.graph_methods import RUN_CACHE_SIZE
+
+
+def _graph() -> tuple[og.Graph, og.Tensor, og.Tensor]:
+    g = og.Graph()
+    x = g.placeholder((None, 3), og.float32, name="x")
+    y = g.exp(x) * 2.0 + 1.0
+    return g, x, y
+
+
+def test_run_numpy_and_torch_inputs() -> None:
+    g, x, y = _graph()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (r1,) = g.run({x: a}, [y])
+    (r2,) = g.run({x: torch.from_numpy(a)}, [y])
+    np.testing.assert_allclose(r1.numpy(), np.exp(a) * 2 + 1, rtol=1e-6)
+    assert torch.equal(r1, r2)
+
+
+def test_compile_specialize_and_output_types() -> None:
+    g, x, y = _graph()
+    exe = g.compile({x: og.TensorType((None, 3), og.float32)}, [y], device="cpu")
+    assert exe.output_types() == [og.TensorType((None, 3), og.float32)]
+    assert exe.output_types([og.TensorType((5, 3), og.float32)]) == [og.TensorType((5, 3), og.float32)]
+    (r,) = exe.run([torch.zeros(4, 3)])
+    assert r.shape == (4, 3)
+    spec = exe.specialize([og.TensorType((4, 3), og.float32)])
+    assert spec.output_types() == [og.TensorType((4, 3), og.float32)]
+    with pytest.raises(og.FeedError, match="does not fit"):
+        exe.specialize([og.TensorType((4, 2), og.float32)])
+
+
+def test_executable_is_straight_line_code() -> None:
+    g, x, y = _graph()
+    exe = g.compile({x: og.TensorType((2, 3), og.float32)}, [y], device="cpu")
+    body = exe.source
+    assert body.startswith("def run(x0):") and "for " not in body and "if " not in body
+    assert "exp" in str(exe) and "Executable on cpu" in exe.summary()
+
+
+def test_graph_run_cache_is_bounded_and_reused() -> None:
+    g, x, y = _graph()
+    g.run({x: torch.zeros(1, 3)}, [y])
+    g.run({x: torch.zeros(1, 3)}, [y])
+    assert len(g._cache()) == 1
+    for n in range(RUN_CACHE_SIZE + 5):
+        g.run({x: torch.zeros(n + 2, 3)}, [y])
+    assert len(g._cache()) == RUN_CACHE_SIZE
+
+
+def test_variables_persist_and_assign_in_order() -> None:
+    g = og.Graph()
+    w = g.variable(torch.zeros(2), name="w")
+    before = g.read(w)
+    upd = g.assign(w, w + 1.0)
+    after = g.read(w)
+    r = g.run({}, [w, before, after], [upd])
+    assert [t.tolist() for t in r] == [[0, 0], [0, 0], [1, 1]]
+    r = g.run({}, [w, before, after], [upd])
+    assert [t.tolist() for t in r] == [[1, 1], [1, 1], [2, 2]]
+    assert g.variable_value(w).tolist() == [2, 2]
+    # without the assign as a target nothing is written
+    g.run({}, [after])
+    assert g.variable_value(w).tolist() == [2, 2]
+    g.set_variable_value(w, torch.tensor([5.0, 6.0]))
+    assert g.run({}, [w])[0].tolist() == [5, 6]
+
+
+def test_assign_type_errors() -> None:
+    g = og.Graph()
+    w = g.variable(torch.zeros(2, 3))
+    with pytest.raises(og.DTypeError, match="int32"):
+        g.assign(w, g.constant(np.zeros((2, 3), np.int32)))
+    with pytest.raises(og.ShapeError, match="shape"):
+        g.assign(w, g.constant(np.zeros((3, 2), np.float32)))
+    with pytest.raises(og.GraphError, match="variable"):
+        g.assign(g.placeholder((2, 3)), w)
+
+
+def test_optimization_passes_fold_cse_and_dce() -> None:
+    g = og.Graph()
+    x = g.placeholder((4,), og.float32, name="x")
+    c = g.exp(g.constant(np.ones(4, np.float32))) * 3.0  # all-constant: folded
+    a = g.exp(x) + c
+    b = g.exp(x) + c  # the same again: CSE
+    unused = g.negative(x)  # noqa: F841  (dead)
+    exe = g.compile({x: og.TensorType((4,), og.float32)}, [a, b], device="cpu",
+                    descriptor=og.CompilationDescriptor(verify_each_pass=True))
+    names = [o.op.name for o in exe.program.graph.ops]
+    assert names.count("exp") == 1 and names.count("add") == 1 and "negative" not in names
+    assert names.count("multiply") == 0  # folded into a constant
+    r = exe.run([torch.zeros(4)])
+    np.testing.assert_allclose(r[0].numpy(), 1 + 3 * np.e, rtol=1e-6)
+    assert torch.equal(r[0], r[1])
+    level0 = g.compile({x: og.TensorType((4,), og.float32)}, [a, b], device="cpu",
+                       descriptor=og.CompilationDescriptor(optimization_level=0))
+    assert [o.op.name for o in level0.program.graph.ops].count("exp") == 3
+
+
+def test_device_selection() -> None:
+    assert str(og.device("cpu")) == "cpu"
+    assert og.device("cpu").torch == torch.device("cpu")
+    assert og.device().kind in ("cpu", "cuda", "mps")
+    with pytest.raises(og.DeviceError):
+        og.device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(og.DeviceError, match="no CUDA"):
+            og.device("cuda:1")
+
+
+# ---- bad input: every case raises a clear OpgraphError ---------------------------------------
+def test_wrong_feed_shape_and_dtype() -> None:
+    g, x, y = _graph()
+    with pytest.raises(og.FeedError, match=r"expected float32\(\?, 3\), got float32\(2, 4\)"):
+        g.run({x: torch.zeros(2, 4)}, [y])
+    with pytest.raises(og.FeedError, match="float64"):
+        g.run({x: torch.zeros(2, 3, dtype=torch.float64)}, [y])
+    exe = g.compile({x: og.TensorType((2, 3), og.float32)}, [y], device="cpu")
+    with pytest.raises(og.FeedError, match=r"%x.*expected float32\(2, 3\), got float32\(3, 3\)"):
+        exe.run([torch.zeros(3, 3)])
+    with pytest.raises(og.FeedError, match="takes 1 inputs"):
+        exe.run([])
+    with pytest.raises(og.FeedError, match="torch.Tensor or numpy"):
+        exe.run(["text"])
+
+
+def test_missing_and_unknown_feeds() -> None:
+    g, x, y = _graph()
+    with pytest.raises(og.FeedError, match="placeholder %x.*not fed"):
+        g.run({}, [y])
+    with pytest.raises(og.FeedError, match="only placeholders"):
+        g.run({y: torch.zeros(2, 3)}, [y])
+
+
+def test_tensor_from_another_graph() -> None:
+    g1, x1, _ = _graph()
+    g2, x2, _ = _graph()
+    with pytest.raises(og.GraphError, match="another graph"):
+        g1.add(x1, x2)
+    with pytest.raises(og.GraphError, match="not a tensor of this graph"):
+        g1.run({x1: torch.zeros(1, 3)}, [x2])
+    with pytest.raises(og.FeedError, match="not a tensor of this graph"):
+        g1.run({x2: torch.zeros(1, 3)}, [x2])
+
+
+def test_incompatible_broadcasting_names_op_and_types() -> None:
+    g = og.Graph()
+    a, b = g.placeholder((2, 3)), g.placeholder((4,))
+    with pytest.raises(og.ShapeError, match=r"add\(float32\(2, 3\), float32\(4,\)\).*do not broadcast"):
+        g.add(a, b)
+
+
+def test_dynamic_dims_checked_at_compile() -> None:
+    g = og.Graph()
+    a, b = g.placeholder((None,), name="a"), g.placeholder((None,), name="b")
+    s = a + b
+    with pytest.raises(og.ShapeError, match="do not broadcast"):
+        g.run({a: torch.zeros(3), b: torch.zeros(4)}, [s])
+
+
+def test_bad_descriptor_and_names() -> None:
+    with pytest.raises(og.AttributeValueError, match="optimization_level"):
+        og.CompilationDescriptor(optimization_level=7)
+    g = og.Graph()
+    g.placeholder((1,), name="x")
+    with pytest.raises(og.GraphError, match="already used"):
+        g.placeholder((1,), name="x")
+    with pytest.raises(og.GraphError, match="no tensor named"):
+        g.tensor("nope")
+
+
+def test_symbolic_tensor_has_no_truth_value() -> None:
+    g, x, y = _graph()
+    with pytest.raises(og.GraphError, match="truth value"):
+        bool(y)
+
+
+def test_graph_text_form() -> None:
+    g, x, y = _graph()
+    text = str(g)
+    assert text.startswith("graph {") and "%x: float32(?, 3) = placeholder()" in text
+    assert "= exp(%x)" in text
+    assert g.placeholders == [x]
