@@ -91,8 +91,7 @@ def render(report: dict[str, Any]) -> str:
     lines = ["versions:"] + [f"  {k.ljust(width)}  {v}" for k, v in versions.items()]
     rows = []
     for d in report["devices"]:
-        default = "*" if d["device"] == report["default_device"] or (
-            d["device"] == "cuda:0" and report["default_device"] == "cuda") else ""
+        default = "*" if d["device"] == report["default_device"] else ""
         if d["device"] == "cpu":
             detail = f"{d['threads']} threads ({d['cores']} cores), {d['platform']}"
         elif d["device"].startswith("cuda"):

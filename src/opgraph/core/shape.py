@@ -22,7 +22,7 @@ def as_shape(value: Iterable[int | None] | int | None) -> Shape:
             dims.append(None)
             continue
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise ShapeError(f"invalid dimension {d!r} in shape {tuple(value)!r}")  # type: ignore[arg-type]
+            raise ShapeError(f"invalid dimension {d!r} in shape {tuple(value)!r}")
         dims.append(int(d))
     return tuple(dims)
 

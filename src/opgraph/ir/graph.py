@@ -82,10 +82,18 @@ class Tensor:
     def __rmatmul__(self, o: Any) -> Tensor: return self.graph.matmul(o, self)
     def __neg__(self) -> Tensor: return self.graph.negative(self)
     def __abs__(self) -> Tensor: return self.graph.abs(self)
-    def __invert__(self) -> Tensor: return self.graph.logical_not(self) if self.dtype.is_bool else self.graph.bitwise_not(self)
-    def __and__(self, o: Any) -> Tensor: return self.graph.logical_and(self, o) if self.dtype.is_bool else self.graph.bitwise_and(self, o)
-    def __or__(self, o: Any) -> Tensor: return self.graph.logical_or(self, o) if self.dtype.is_bool else self.graph.bitwise_or(self, o)
-    def __xor__(self, o: Any) -> Tensor: return self.graph.logical_xor(self, o) if self.dtype.is_bool else self.graph.bitwise_xor(self, o)
+    def __invert__(self) -> Tensor:
+        return self.graph.logical_not(self) if self.dtype.is_bool else self.graph.bitwise_not(self)
+
+    def __and__(self, o: Any) -> Tensor:
+        return self.graph.logical_and(self, o) if self.dtype.is_bool else self.graph.bitwise_and(self, o)
+
+    def __or__(self, o: Any) -> Tensor:
+        return self.graph.logical_or(self, o) if self.dtype.is_bool else self.graph.bitwise_or(self, o)
+
+    def __xor__(self, o: Any) -> Tensor:
+        return self.graph.logical_xor(self, o) if self.dtype.is_bool else self.graph.bitwise_xor(self, o)
+
     def __lt__(self, o: Any) -> Tensor: return self.graph.less(self, o)
     def __le__(self, o: Any) -> Tensor: return self.graph.less_equal(self, o)
     def __gt__(self, o: Any) -> Tensor: return self.graph.greater(self, o)
@@ -187,7 +195,7 @@ class GraphCore:
     def _check_tensor(self, t: object, op: OpDef, position: int) -> Tensor:
         if not isinstance(t, Tensor):
             raise GraphError(f"{op.name}: input {position} is a {type(t).__name__}, not a graph Tensor")
-        if t.graph is not self:  # type: ignore[comparison-overlap]
+        if t.graph is not self:
             raise GraphError(f"{op.name}: input {position} %{t.name} belongs to another graph")
         return t
 

@@ -17,7 +17,7 @@ def _inputs_defined_before_use(graph: GraphCore) -> Iterator[str]:
     defined: set[int] = set()
     for op in graph.ops:
         for t in op.inputs:
-            if t.graph is not graph:  # type: ignore[comparison-overlap]
+            if t.graph is not graph:
                 yield f"%{op.name} uses %{t.name} from another graph"
             elif id(t) not in defined:
                 yield f"%{op.name} uses %{t.name} before it is defined"
@@ -35,7 +35,8 @@ def _types_match_rules(graph: GraphCore) -> Iterator[str]:
             continue
         got = tuple(t.type for t in op.outputs)
         if expected != got:
-            yield f"%{op.name}: recorded types {[str(t) for t in got]} differ from the rule's {[str(t) for t in expected]}"
+            shown = ([str(t) for t in got], [str(t) for t in expected])
+            yield f"%{op.name}: recorded types {shown[0]} differ from the rule's {shown[1]}"
 
 
 def _attrs_have_declared_type(graph: GraphCore) -> Iterator[str]:

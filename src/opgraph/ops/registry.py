@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import dataclass_transform
+
 from ..ir.attrs import serializable
 from ..ir.opdef import FusionKind, LowerContext, OpDef, all_ops, op_by_name
 
@@ -21,6 +23,7 @@ __all__ = ["FusionKind", "LowerContext", "OpDef", "all_ops", "attrs", "direct", 
 T = TypeVar("T", bound=type)
 
 
+@dataclass_transform(frozen_default=True)
 def attrs(cls: T) -> T:
     """Declare an attributes class: a frozen, serialisable dataclass."""
     return serializable(dataclasses.dataclass(frozen=True)(cls))  # type: ignore[return-value]

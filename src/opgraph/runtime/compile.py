@@ -60,12 +60,12 @@ class CompilationDescriptor:
 def check_roots(graph: GraphCore, feeds: Mapping[Tensor, TensorType], targets: Sequence[Tensor],
                 target_ops: Sequence[Operation]) -> None:
     for t in feeds:
-        if not isinstance(t, Tensor) or t.graph is not graph:  # type: ignore[comparison-overlap]
+        if not isinstance(t, Tensor) or t.graph is not graph:
             raise FeedError(f"feed key {t!r} is not a tensor of this graph")
         if t.op.op is not PLACEHOLDER:
             raise FeedError(f"feed key %{t.name} is a {t.op.op.name} output; only placeholders are fed")
     for t in targets:
-        if not isinstance(t, Tensor) or t.graph is not graph:  # type: ignore[comparison-overlap]
+        if not isinstance(t, Tensor) or t.graph is not graph:
             raise GraphError(f"target {t!r} is not a tensor of this graph")
     for o in target_ops:
         if not isinstance(o, Operation) or o.graph is not graph:

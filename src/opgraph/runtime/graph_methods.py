@@ -15,7 +15,8 @@ from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.serialize import load_graph, save_graph
 from ..ops.state import expect_variable, to_torch
 from .compile import CompilationDescriptor
-from .device import Device, device as get_device
+from .device import Device
+from .device import device as get_device
 from .executable import Executable
 
 G = TypeVar("G", bound="RuntimeMethods")
