@@ -32,61 +32,72 @@ class GeneratedFunction:
 
 
 def generate(program: Program, device: torch.device, state: dict[str, torch.Tensor]) -> GeneratedFunction:
-    """Compile ``program`` into a Python function ``run(*inputs) -> list[Tensor]``."""
+    """Compile ``program`` into a Python function ``run(*inputs) -> list[Tensor]``.
+
+    Values live in a few reused local names (a value's name goes back to a free list after its last
+    use), so memory is released as soon as possible without ``del`` lines; kernels, constants and the
+    state dict are keyword-only defaults, so every lookup in the body is a fast local.
+    """
     names: dict[int, str] = {}
-    env: dict[str, Any] = {"S": state}
+    bound: dict[str, Any] = {"S": state}
     last_use: dict[int, int] = {}
     ops = program.graph.ops
     for i, op in enumerate(ops):
         for t in op.inputs:
             last_use[id(t)] = i
     keep = {id(t) for t in program.outputs}
+    free: list[str] = []
+    slots = itertools.count()
 
     for k, t in enumerate(program.inputs):
         names[id(t)] = f"x{k}"
-    lines = [f"def run({', '.join(names[id(t)] for t in program.inputs)}):"]
+    body: list[str] = []
     line_ops: dict[int, Operation] = {}
 
-    def var(t: Tensor) -> str:
+    def out_name(t: Tensor) -> str:
+        if id(t) not in last_use and id(t) not in keep:
+            return "_"
+        names[id(t)] = free.pop() if free else f"v{next(slots)}"
         return names[id(t)]
 
     for i, op in enumerate(ops):
-        outs = []
-        for t in op.outputs:
-            names[id(t)] = f"t{op.id}" if len(op.outputs) == 1 else f"t{op.id}_{t.index}"
-            outs.append(names[id(t)])
         if op.op is PLACEHOLDER:
             names[id(op.outputs[0])] = _input_name(program, op)
             continue
-        if op.op is CONSTANT:  # bound once as a global; no line of its own
-            env[f"c{op.id}"] = op.payload.to(device)  # type: ignore[union-attr]
+        if op.op is CONSTANT:  # bound once at compile time; no line of its own
+            bound[f"c{op.id}"] = op.payload.to(device)  # type: ignore[union-attr]
             names[id(op.outputs[0])] = f"c{op.id}"
             continue
-        elif op.op in (VARIABLE, READ):
+        args = [names[id(t)] for t in op.inputs]
+        for t in dict.fromkeys(op.inputs):  # release inputs whose last use is here
+            if last_use[id(t)] == i and id(t) not in keep and t.op.op is not CONSTANT:
+                free.append(names[id(t)])
+        if op.op in (VARIABLE, READ):
             var_op = op if op.op is VARIABLE else op.inputs[0].op
-            line = f"{outs[0]} = S[{var_op.name!r}]"
+            line = f"{out_name(op.outputs[0])} = S[{var_op.name!r}]"
         elif op.op is ASSIGN:
-            line = f"S[{op.inputs[0].op.name!r}] = {var(op.inputs[1])}"
+            line = f"S[{op.inputs[0].op.name!r}] = {args[1]}"
         else:
             if op.op.lower is None:
                 raise GraphError(f"op {op.op.name} has no lowering")
             ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device)
-            env[f"k{op.id}"] = op.op.lower(ctx)
-            args = ", ".join(var(t) for t in op.inputs)
-            target = outs[0] if len(outs) == 1 else (", ".join(outs) + ("," if len(outs) == 1 else ""))
-            line = f"{target} = k{op.id}({args})" if outs else f"k{op.id}({args})"
-        lines.append("    " + line)
-        line_ops[len(lines)] = op
-        dead = [var(t) for t in op.inputs if last_use.get(id(t)) == i and id(t) not in keep
-                and t.op.op is not CONSTANT]
-        dead += [n for t, n in zip(op.outputs, outs, strict=True) if id(t) not in last_use and id(t) not in keep]
-        if dead:
-            lines.append("    del " + ", ".join(dict.fromkeys(dead)))
-    lines.append("    return [" + ", ".join(var(t) for t in program.outputs) + "]")
-    source = "\n".join(lines) + "\n"
+            bound[f"k{op.id}"] = op.op.lower(ctx)
+            call = f"k{op.id}({', '.join(args)})"
+            outs = [out_name(t) for t in op.outputs]
+            if all(n == "_" for n in outs):
+                line = call
+            elif len(outs) == 1:
+                line = f"{outs[0]} = {call}"
+            else:
+                line = f"{', '.join(outs)} = {call}"
+        body.append("    " + line)
+        line_ops[len(body) + 1] = op
+    body.append("    return [" + ", ".join(names[id(t)] for t in program.outputs) + "]")
+    params = [f"x{k}" for k in range(len(program.inputs))] + ["*"] + [f"{n}={n}" for n in bound]
+    source = f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
     filename = f"<opgraph-executable-{next(_counter)}>"
-    exec(compile(source, filename, "exec"), env)  # our own generated source, never user data
-    return GeneratedFunction(env["run"], source, filename, line_ops)
+    exec(compile(source, filename, "exec"), bound)  # our own generated source, never user data
+    return GeneratedFunction(bound["run"], source, filename, line_ops)
 
 
 def _input_name(program: Program, op: Operation) -> str:

@@ -216,7 +216,15 @@ class GraphCore:
             if name in self._names:
                 raise GraphError(f"{op.name}: the name {name!r} is already used in this graph")
         if out_types is None:
-            out_types = infer_types(op, attrs, tuple(t.type for t in ins), payload)
+            try:
+                out_types = infer_types(op, attrs, tuple(t.type for t in ins), payload)
+            except OpgraphError as e:
+                if ins and not getattr(e, "_opgraph_shown", False):  # show the graph around the op
+                    from .printer import excerpt
+
+                    e.args = (f"{e.args[0] if e.args else e}\n  inputs:\n{excerpt(ins)}",)
+                    e._opgraph_shown = True  # type: ignore[attr-defined]
+                raise
         operation = Operation(self, self._next_id, op, ins, attrs, name or self._fresh_name(op.name), payload)
         self._next_id += 1
         operation.outputs = tuple(Tensor(self, operation, i, ty) for i, ty in enumerate(out_types))
