@@ -171,6 +171,11 @@ class GraphCore:
 
     def tensor(self, name: str) -> Tensor:
         """The tensor called ``name`` (``"op"`` or ``"op:1"`` for the second output of ``op``)."""
+        base, sep, index = name.rpartition(":")
+        if sep and index.isdigit():
+            owner = self._names.get(base)
+            if isinstance(owner, Operation) and int(index) < len(owner.outputs):
+                return owner.outputs[int(index)]
         found = self._names.get(name)
         if isinstance(found, Tensor):
             return found

@@ -59,6 +59,7 @@ def identity_value(dtype: DType, largest: bool) -> float | int | bool:
 
 
 def expect_real(t: TensorType) -> None:
+    """Raise ``DTypeError`` for complex inputs to ops that compare values."""
     if t.dtype.is_complex:
         raise DTypeError(f"input dtype {t.dtype.name} is not supported (complex values have no order)")
 
@@ -164,10 +165,10 @@ REDUCE_MAX = OpDef("reduce_max", infer=_ORDERED, attrs=ReduceAttrs, fusion=REDUC
                    lower=_extremum(True, False), doc="maximum over axes, ignoring NaN unless all are NaN")
 REDUCE_MIN = OpDef("reduce_min", infer=_ORDERED, attrs=ReduceAttrs, fusion=REDUCTION,
                    lower=_extremum(False, False), doc="minimum over axes, ignoring NaN unless all are NaN")
-REDUCE_MAX_NAN = OpDef("reduce_max_with_nan_propagation", infer=_ORDERED, attrs=ReduceAttrs,
-                       fusion=REDUCTION, lower=_extremum(True, True), doc="maximum over axes; NaN if any is NaN")
-REDUCE_MIN_NAN = OpDef("reduce_min_with_nan_propagation", infer=_ORDERED, attrs=ReduceAttrs,
-                       fusion=REDUCTION, lower=_extremum(False, True), doc="minimum over axes; NaN if any is NaN")
+REDUCE_MAX_NAN = OpDef("reduce_max_with_nan_propagation", infer=_ORDERED, attrs=ReduceAttrs, fusion=REDUCTION,
+                       lower=_extremum(True, True), doc="maximum over axes; NaN if any is NaN")
+REDUCE_MIN_NAN = OpDef("reduce_min_with_nan_propagation", infer=_ORDERED, attrs=ReduceAttrs, fusion=REDUCTION,
+                       lower=_extremum(False, True), doc="minimum over axes; NaN if any is NaN")
 
 
 def _logical(fn: Callable[..., torch.Tensor]) -> Callable[[LowerContext], Callable[..., Any]]:
@@ -183,8 +184,10 @@ def _logical(fn: Callable[..., torch.Tensor]) -> Callable[[LowerContext], Callab
 
 
 _LOGICAL = reduce_rule(result=bool_, numeric=True, boolean=True)
-REDUCE_AND = OpDef("reduce_and", infer=_LOGICAL, attrs=ReduceAttrs, fusion=REDUCTION, lower=_logical(torch.all), differentiable=False, doc="true where every element is nonzero")
-REDUCE_OR = OpDef("reduce_or", infer=_LOGICAL, attrs=ReduceAttrs, fusion=REDUCTION, lower=_logical(torch.any), differentiable=False, doc="true where some element is nonzero")
+REDUCE_AND = OpDef("reduce_and", infer=_LOGICAL, attrs=ReduceAttrs, fusion=REDUCTION,
+                   lower=_logical(torch.all), differentiable=False, doc="true where every element is nonzero")
+REDUCE_OR = OpDef("reduce_or", infer=_LOGICAL, attrs=ReduceAttrs, fusion=REDUCTION,
+                  lower=_logical(torch.any), differentiable=False, doc="true where some element is nonzero")
 
 
 # ---- argmax / argmin -------------------------------------------------------------------------------
@@ -235,9 +238,9 @@ class ReduceBuilders(GraphCore):
                 isinstance(axes, Sequence) and not isinstance(axes, str))):
             raise ShapeError(f"{op.name}: axes must be None, an int or a sequence of ints, got {axes!r}")
         norm = normalize_axes(axes if axes is None or isinstance(axes, int) else tuple(axes), t.rank,
-                                     f"{op.name}: axes")
+                              f"{op.name}: axes")
         # normalize_axis lets axis 0 name a scalar's only "axis": reducing it leaves the scalar as is
-        return self._apply(op, [t], ReduceAttrs(tuple(norm) if t.rank else (), bool(keepdims)), name)
+        return self._apply(op, [t], ReduceAttrs(norm if t.rank else (), bool(keepdims)), name)
 
     def reduce_sum(self, x: Tensor, axes: AxesArg = None, keepdims: bool = False, *,
                    name: str | None = None) -> Tensor:
