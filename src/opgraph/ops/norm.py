@@ -312,15 +312,16 @@ class NormBuilders(GraphCore):
         """Group normalisation of an (N, C, ...) input; ``gamma``/``beta`` have shape (C,)."""
         x = self._as_tensor(x)
         ins = [x, *self._norm_params(x, gamma, beta)]
-        return self._apply(GROUP_NORM, ins, GroupNormAttrs(num_groups, _eps(epsilon), gamma is not None, beta is not None),
-                           name)
+        a = GroupNormAttrs(num_groups, _eps(epsilon), gamma is not None, beta is not None)
+        return self._apply(GROUP_NORM, ins, a, name)
 
     def rms_norm(self, x: Tensor, axes: Sequence[int] | int | None = None, gamma: Any = None, epsilon: float = 1e-6,
                  *, name: str | None = None) -> Tensor:
         """``x / sqrt(mean(x ** 2) + epsilon) * gamma`` over ``axes`` (default: the last)."""
         x = self._as_tensor(x)
         ins = [x, *self._norm_params(x, gamma)]
-        return self._apply(RMS_NORM, ins, RMSNormAttrs(self._norm_axes(x, axes), _eps(epsilon), gamma is not None), name)
+        a = RMSNormAttrs(self._norm_axes(x, axes), _eps(epsilon), gamma is not None)
+        return self._apply(RMS_NORM, ins, a, name)
 
 
 __all__ = ["GROUP_NORM", "LAYER_NORM", "NORMALIZE", "RMS_NORM", "GroupNormAttrs", "LayerNormAttrs", "NormBuilders",
