@@ -1,9 +1,576 @@
-"""Ops: gather, scatter, one_hot, coordinate_along_axis, band_part."""
+"""Ops: gather, gather_nd, gather_along_axis, scatter, scatter_nd, scatter_along_axis, one_hot,
+coordinate_along_axis, band_part.
+
+Semantics are MPSGraph's, which follow TensorFlow's ``gather``/``gather_nd``/``tensor_scatter_nd_*``
+(with ``batch_dims``) and PyTorch's ``gather``/``scatter_reduce`` for the ``*_along_axis`` forms.
+
+Indices: any integer dtype. A negative index ``i`` in ``[-dim, 0)`` wraps to ``i + dim`` (as MPSGraph
+does for gather; opgraph does it for every op here). An index outside ``[-dim, dim)`` raises
+``og.ExecutionError`` at run time (MPSGraph instead zero-fills or skips such elements; opgraph checks
+explicitly, at the cost of one host sync per op, so that a bad index never reads or writes garbage).
+Scatter builders default to ``ScatterMode.ADD`` (MPSGraph's first mode; its mode-less scatterND sums).
+"""
 
 from __future__ import annotations
 
-from ..ir.graph import GraphCore
+import enum
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..core.dtype import DType, as_dtype, float32, int32
+from ..core.errors import AttributeValueError, DTypeError, ShapeError
+from ..core.shape import Dim, Shape, as_shape, format_shape, normalize_axis
+from ..core.types import TensorType
+from ..ir.attrs import serializable
+from ..ir.graph import GraphCore, Tensor
+from ._rules import expect_arity, expect_dtype, same_dtype
+from .registry import FusionKind, LowerContext, OpDef, attrs
+
+INJECTIVE = FusionKind.INJECTIVE
+OPAQUE = FusionKind.OPAQUE
+
+
+@serializable
+class ScatterMode(enum.Enum):
+    """How a scatter combines an update with the value already at its destination (MPSGraphScatterMode).
+
+    ``SET`` with duplicate indices: one of the updates wins (which one is unspecified). The other modes
+    combine every update (``DIV`` divides by each; integers truncate toward zero).
+    """
+
+    SET = "set"
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MIN = "min"
+    MAX = "max"
+
+
+# ---- shared helpers ------------------------------------------------------------------------------
+def _merge(a: Dim, b: Dim, what: str) -> Dim:
+    """Two dims that must be equal (``None`` is unknown and matches anything)."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    raise ShapeError(f"{what}: {a} != {b}")
+
+
+def _merge_shapes(a: Shape, b: Shape, what: str) -> Shape:
+    if len(a) != len(b):
+        raise ShapeError(f"{what}: ranks {len(a)} and {len(b)} differ")
+    return tuple(_merge(x, y, f"{what} (dimension {i})") for i, (x, y) in enumerate(zip(a, b, strict=True)))
+
+
+def _expect_indices(t: TensorType) -> None:
+    expect_dtype(t, integer=True, what="indices")
+
+
+def _expect_axis(axis: int, rank: int) -> None:
+    if not 0 <= axis < rank:
+        raise ShapeError(f"axis {axis} is out of range for rank {rank}")
+
+
+def _checked(idx: torch.Tensor, size: int | torch.Tensor, what: str) -> torch.Tensor:
+    """``idx`` as int64 with negative entries wrapped; raises ``IndexError`` for any entry out of range."""
+    idx = idx.long()
+    if idx.numel() == 0:
+        return idx
+    bad = (idx < -size) | (idx >= size)
+    if bool(bad.any()):  # one host sync: correctness over speed for a bad index
+        raise IndexError(f"{what}: index {int(idx[bad][0])} is out of range for dimension size(s) "
+                         f"{size.tolist() if isinstance(size, torch.Tensor) else size}")
+    return torch.where(idx < 0, idx + size, idx)
+
+
+def _prod(dims: Sequence[int]) -> int:
+    return math.prod(dims)
+
+
+def _expect_mode(mode: object) -> ScatterMode:
+    if not isinstance(mode, ScatterMode):
+        raise AttributeValueError(f"mode must be an og.ScatterMode ({', '.join(m.name for m in ScatterMode)}), "
+                                  f"got {mode!r}")
+    return mode
+
+
+def _scatter_dtypes(mode: ScatterMode, data: TensorType, updates: TensorType, indices: TensorType) -> None:
+    same_dtype((data, updates), "data and updates")
+    _expect_indices(indices)
+    _expect_mode(mode)
+    if mode is ScatterMode.SET:
+        expect_dtype(data, numeric=True, boolean=True, what="data")
+    else:
+        expect_dtype(data, numeric=True, what=f"data (mode {mode.name})")
+
+
+def _scatter_into(data: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
+                  mode: ScatterMode) -> torch.Tensor:
+    """A new tensor: ``data`` with ``src`` combined in at ``index`` along ``dim`` (index shape == src shape)."""
+    if mode is ScatterMode.SET:
+        return data.scatter(dim, index, src)
+    if mode is ScatterMode.ADD:
+        return data.scatter_add(dim, index, src)
+    if mode is ScatterMode.SUB:  # subtract the summed updates; also right for unsigned wrap-around
+        return data - torch.zeros_like(data).scatter_add(dim, index, src)
+    if mode is ScatterMode.MUL:
+        return data.scatter_reduce(dim, index, src, "prod", include_self=True)
+    if mode is ScatterMode.DIV:  # d / u1 / u2 == d / (u1 * u2), also for truncating integer division
+        denom = torch.ones_like(data).scatter_reduce(dim, index, src, "prod", include_self=True)
+        if data.dtype.is_floating_point or data.dtype.is_complex:
+            return data / denom
+        return torch.div(data, denom, rounding_mode="trunc")
+    return data.scatter_reduce(dim, index, src, "amin" if mode is ScatterMode.MIN else "amax", include_self=True)
+
+
+# ---- gather --------------------------------------------------------------------------------------
+@attrs
+class GatherAttrs:
+    axis: int
+    batch_dims: int = 0
+
+
+def _gather_rule(a: GatherAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 2)
+    x, idx = ins
+    _expect_indices(idx)
+    if x.rank == 0:
+        raise ShapeError("cannot gather from a scalar")
+    _expect_axis(a.axis, x.rank)
+    b = a.batch_dims
+    if not 0 <= b <= min(a.axis, idx.rank):
+        raise ShapeError(f"batch_dims {b} must be in [0, min(axis={a.axis}, indices rank={idx.rank})]")
+    batch = _merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
+    return TensorType(batch + x.shape[b:a.axis] + idx.shape[b:] + x.shape[a.axis + 1:], x.dtype)
+
+
+def _gather_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis, b = ctx.attrs.axis, ctx.attrs.batch_dims
+
+    def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        n = x.shape[axis]
+        idx = _checked(idx, n, "gather")
+        out_shape = x.shape[:axis] + idx.shape[b:] + x.shape[axis + 1:]
+        if b == 0:
+            return torch.index_select(x, axis, idx.reshape(-1)).reshape(out_shape)
+        nb, outer, inner = _prod(x.shape[:b]), _prod(x.shape[b:axis]), _prod(x.shape[axis + 1:])
+        ni = _prod(idx.shape[b:])
+        x4 = x.reshape(nb, outer, n, inner)
+        i4 = idx.reshape(nb, 1, ni, 1).expand(nb, outer, ni, inner)
+        return torch.gather(x4, 2, i4).reshape(out_shape)
+
+    return gather
+
+
+GATHER = OpDef("gather", infer=_gather_rule, lower=_gather_lower, attrs=GatherAttrs, fusion=INJECTIVE,
+               doc="slices of x along axis picked by indices (TF gather with batch_dims)")
+
+
+@attrs
+class GatherNDAttrs:
+    batch_dims: int = 0
+
+
+def _nd_batch(b: int, x: TensorType, idx: TensorType) -> None:
+    if b < 0:
+        raise ShapeError(f"batch_dims {b} must be >= 0")
+    if idx.rank < b + 1:
+        raise ShapeError(f"indices need rank >= batch_dims + 1 = {b + 1}, got {idx.rank}")
+    if x.rank < b:
+        raise ShapeError(f"rank {x.rank} is smaller than batch_dims {b}")
+
+
+def _gather_nd_rule(a: GatherNDAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 2)
+    x, idx = ins
+    _expect_indices(idx)
+    b = a.batch_dims
+    _nd_batch(b, x, idx)
+    k = idx.shape[-1]
+    if k is None:
+        raise ShapeError("the last dimension of indices (the index depth) must be static")
+    if k > x.rank - b:
+        raise ShapeError(f"index depth {k} exceeds the {x.rank - b} non-batch dimensions of x")
+    batch = _merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
+    return TensorType(batch + idx.shape[b:-1] + x.shape[b + k:], x.dtype)
+
+
+def _nd_linear(idx: torch.Tensor, sizes: Sequence[int], what: str) -> torch.Tensor:
+    """Row-major linear offsets of the index vectors in ``idx[..., K]`` into dims ``sizes``."""
+    lim = torch.tensor(list(sizes), dtype=torch.int64, device=idx.device)
+    idx = _checked(idx, lim, what)
+    strides = torch.tensor([_prod(sizes[k + 1:]) for k in range(len(sizes))], dtype=torch.int64, device=idx.device)
+    return (idx * strides).sum(-1)
+
+
+def _gather_nd_lower(ctx: LowerContext) -> Callable[..., Any]:
+    b = ctx.attrs.batch_dims
+
+    def gather_nd(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        k = idx.shape[-1]
+        sizes, rest, q = x.shape[b:b + k], x.shape[b + k:], idx.shape[b:-1]
+        nb, nq, nr = _prod(x.shape[:b]), _prod(q), _prod(rest)
+        lin = _nd_linear(idx, sizes, "gather_nd").reshape(nb, nq, 1).expand(nb, nq, nr)
+        out = torch.gather(x.reshape(nb, _prod(sizes), nr), 1, lin)
+        return out.reshape(x.shape[:b] + q + rest)
+
+    return gather_nd
+
+
+GATHER_ND = OpDef("gather_nd", infer=_gather_nd_rule, lower=_gather_nd_lower, attrs=GatherNDAttrs,
+                  fusion=INJECTIVE, doc="slices of x picked by index vectors (TF gather_nd with batch_dims)")
+
+
+@attrs
+class GatherAlongAxisAttrs:
+    axis: int
+
+
+def _same_but_axis(a: TensorType, b: TensorType, axis: int, what: str) -> Shape:
+    """``b``'s shape, after checking it equals ``a``'s except at ``axis``."""
+    if a.rank != b.rank:
+        raise ShapeError(f"{what}: ranks {a.rank} and {b.rank} differ")
+    return tuple(d if i == axis else _merge(c, d, f"{what} (dimension {i})")
+                 for i, (c, d) in enumerate(zip(a.shape, b.shape, strict=True)))
+
+
+def _gather_along_axis_rule(a: GatherAlongAxisAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 2)
+    x, idx = ins
+    _expect_indices(idx)
+    _expect_axis(a.axis, x.rank)
+    return TensorType(_same_but_axis(x, idx, a.axis, "x and indices must match except at axis"), x.dtype)
+
+
+def _gather_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis = ctx.attrs.axis
+    return lambda x, idx: torch.gather(x, axis, _checked(idx, x.shape[axis], "gather_along_axis"))
+
+
+GATHER_ALONG_AXIS = OpDef("gather_along_axis", infer=_gather_along_axis_rule, lower=_gather_along_axis_lower,
+                          attrs=GatherAlongAxisAttrs, fusion=INJECTIVE,
+                          doc="out[..., i, ...] = x[..., indices[..., i, ...], ...] along axis (torch.gather)")
+
+
+# ---- scatter -------------------------------------------------------------------------------------
+@attrs
+class ScatterAttrs:
+    axis: int
+    mode: ScatterMode = ScatterMode.ADD
+
+
+def _scatter_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 3)
+    data, upd, idx = ins
+    _scatter_dtypes(a.mode, data, upd, idx)
+    _expect_axis(a.axis, data.rank)
+    if idx.rank != 1:
+        raise ShapeError(f"indices must have rank 1, got rank {idx.rank}")
+    _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
+    _merge(upd.shape[a.axis], idx.shape[0], "updates along axis and the number of indices differ")
+    return data
+
+
+def _scatter_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+
+    def scatter(data: torch.Tensor, upd: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        idx = _checked(idx, data.shape[axis], "scatter")
+        view = [1] * data.dim()
+        view[axis] = -1
+        return _scatter_into(data, axis, idx.reshape(view).expand(upd.shape), upd, mode)
+
+    return scatter
+
+
+SCATTER = OpDef("scatter", infer=_scatter_rule, lower=_scatter_lower, attrs=ScatterAttrs, fusion=OPAQUE,
+                doc="data with updates[..., j, ...] combined into slice indices[j] along axis (scatterWithData)")
+
+
+@attrs
+class ScatterNDAttrs:
+    mode: ScatterMode = ScatterMode.ADD
+    batch_dims: int = 0
+
+
+def _scatter_nd_rule(a: ScatterNDAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 3)
+    data, upd, idx = ins
+    _scatter_dtypes(a.mode, data, upd, idx)
+    b = a.batch_dims
+    _nd_batch(b, data, idx)
+    q = idx.rank - b - 1
+    k = data.rank - (upd.rank - q)  # the index depth follows from the ranks; check it against indices
+    if upd.rank < b + q or not 0 <= k <= data.rank - b or idx.shape[-1] not in (None, k):
+        raise ShapeError(f"updates must have shape batch + indices.shape[batch_dims:-1] + "
+                         f"data.shape[batch_dims + index depth:], got updates {format_shape(upd.shape)}, "
+                         f"data {format_shape(data.shape)}, indices {format_shape(idx.shape)}")
+    _merge_shapes(data.shape[:b], idx.shape[:b], "batch dimensions of data and indices differ")
+    _merge_shapes(upd.shape[:b], idx.shape[:b], "batch dimensions of updates and indices differ")
+    _merge_shapes(upd.shape[b:b + q], idx.shape[b:-1], "updates and indices dimensions differ")
+    _merge_shapes(upd.shape[b + q:], data.shape[b + k:], "updates and the indexed slices of data differ")
+    return data
+
+
+def _scatter_nd_lower(ctx: LowerContext) -> Callable[..., Any]:
+    mode, b = ctx.attrs.mode, ctx.attrs.batch_dims
+
+    def scatter_nd(data: torch.Tensor, upd: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        k = idx.shape[-1]
+        sizes, rest = data.shape[b:b + k], data.shape[b + k:]
+        nb, nq, nr = _prod(data.shape[:b]), _prod(idx.shape[b:-1]), _prod(rest)
+        lin = _nd_linear(idx, sizes, "scatter_nd").reshape(nb, nq, 1).expand(nb, nq, nr)
+        out = _scatter_into(data.reshape(nb, _prod(sizes), nr), 1, lin, upd.reshape(nb, nq, nr), mode)
+        return out.reshape(data.shape)
+
+    return scatter_nd
+
+
+SCATTER_ND = OpDef("scatter_nd", infer=_scatter_nd_rule, lower=_scatter_nd_lower, attrs=ScatterNDAttrs,
+                   fusion=OPAQUE, doc="data with update slices combined in at index vectors (TF tensor_scatter_nd_*)")
+
+
+def _scatter_along_axis_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 3)
+    data, upd, idx = ins
+    _scatter_dtypes(a.mode, data, upd, idx)
+    _expect_axis(a.axis, data.rank)
+    _merge_shapes(upd.shape, idx.shape, "updates and indices shapes differ")
+    _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
+    return data
+
+
+def _scatter_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+    return lambda data, upd, idx: _scatter_into(
+        data, axis, _checked(idx, data.shape[axis], "scatter_along_axis"), upd, mode)
+
+
+SCATTER_ALONG_AXIS = OpDef("scatter_along_axis", infer=_scatter_along_axis_rule, lower=_scatter_along_axis_lower,
+                           attrs=ScatterAttrs, fusion=OPAQUE,
+                           doc="data[..., indices[..., i, ...], ...] (mode)= updates[..., i, ...] along axis "
+                               "(torch.scatter_reduce)")
+
+
+# ---- one_hot, coordinate_along_axis, band_part ----------------------------------------------------
+@attrs
+class OneHotAttrs:
+    depth: int
+    axis: int
+    on_value: bool | int | float = 1
+    off_value: bool | int | float = 0
+    dtype: DType = float32
+
+
+def _one_hot_rule(a: OneHotAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    (idx,) = ins
+    _expect_indices(idx)
+    if isinstance(a.depth, bool) or not isinstance(a.depth, int) or a.depth < 0:
+        raise AttributeValueError(f"depth must be an int >= 0, got {a.depth!r}")
+    _expect_axis(a.axis, idx.rank + 1)
+    if a.dtype.packed or a.dtype.is_complex:
+        raise DTypeError(f"dtype {a.dtype.name} is not supported (expects bool, integer or floating)")
+    return TensorType(idx.shape[:a.axis] + (a.depth,) + idx.shape[a.axis:], a.dtype)
+
+
+def _one_hot_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: OneHotAttrs = ctx.attrs
+    dt = a.dtype.torch_dtype
+    on = torch.tensor(a.on_value, dtype=dt, device=ctx.device)
+    off = torch.tensor(a.off_value, dtype=dt, device=ctx.device)
+    view = [1] * (ctx.in_types[0].rank + 1)
+    view[a.axis] = a.depth
+    depth = torch.arange(a.depth, device=ctx.device).reshape(view)
+    # indices outside [0, depth) match nothing: an all-off_value fibre (TF one_hot)
+    return lambda idx: torch.where(idx.long().unsqueeze(a.axis) == depth, on, off)
+
+
+ONE_HOT = OpDef("one_hot", infer=_one_hot_rule, lower=_one_hot_lower, attrs=OneHotAttrs, fusion=INJECTIVE,
+                differentiable=False, doc="on_value where the new axis' coordinate equals the index, else off_value")
+
+
+@attrs
+class CoordinateAttrs:
+    axis: int
+    shape: tuple[int, ...]
+    dtype: DType = int32
+
+
+def _coordinate_rule(a: CoordinateAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 0)
+    if any(d is None for d in a.shape):
+        raise ShapeError(f"shape must be static, got {format_shape(a.shape)}")
+    _expect_axis(a.axis, len(a.shape))
+    t = TensorType(a.shape, a.dtype)
+    expect_dtype(t, numeric=True, what="result")
+    return t
+
+
+def _coordinate_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: CoordinateAttrs = ctx.attrs
+    view = [1] * len(a.shape)
+    view[a.axis] = a.shape[a.axis]
+    dt, dev = a.dtype.torch_dtype, ctx.device
+    return lambda: torch.arange(a.shape[a.axis], dtype=dt, device=dev).reshape(view).expand(a.shape).contiguous()
+
+
+COORDINATE_ALONG_AXIS = OpDef("coordinate_along_axis", infer=_coordinate_rule, lower=_coordinate_lower,
+                              attrs=CoordinateAttrs, fusion=INJECTIVE, differentiable=False,
+                              doc="a tensor of the given shape holding each element's coordinate along axis")
+
+
+@attrs
+class BandPartAttrs:
+    num_lower: int
+    num_upper: int
+
+
+def _band_part_rule(a: BandPartAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    (x,) = ins
+    if x.rank < 2:
+        raise ShapeError(f"expects a tensor of rank >= 2 (a batch of matrices), got rank {x.rank}")
+    for v in (a.num_lower, a.num_upper):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise AttributeValueError(f"num_lower and num_upper must be ints, got {v!r}")
+    expect_dtype(x, numeric=True, boolean=True)
+    return x
+
+
+def _band_part_lower(ctx: LowerContext) -> Callable[..., Any]:
+    lo, up = ctx.attrs.num_lower, ctx.attrs.num_upper
+
+    def band_part(x: torch.Tensor) -> torch.Tensor:
+        out = x.tril(up) if up >= 0 else x  # tril(k) keeps j - i <= k
+        out = out.triu(-lo) if lo >= 0 else out  # triu(-k) keeps i - j <= k
+        return out.clone() if out is x else out
+
+    return band_part
+
+
+BAND_PART = OpDef("band_part", infer=_band_part_rule, lower=_band_part_lower, attrs=BandPartAttrs,
+                  fusion=INJECTIVE, doc="keep a diagonal band of each matrix, zero the rest (TF matrix_band_part)")
+
+
+# ---- builder methods -----------------------------------------------------------------------------
+def _batch_dims(b: int, rank: int) -> int:
+    if isinstance(b, bool) or not isinstance(b, int):
+        raise AttributeValueError(f"batch_dims must be an int, got {b!r}")
+    return b + rank if b < 0 else b
 
 
 class GatherBuilders(GraphCore):
     """Graph methods for gather, scatter, one_hot, coordinate_along_axis, band_part."""
+
+    def gather(self, x: Tensor, indices: Any, axis: int = 0, batch_dims: int = 0, *,
+               name: str | None = None) -> Tensor:
+        """Slices of ``x`` along ``axis`` at ``indices`` (TF ``gather``; negative indices wrap).
+
+        Result shape ``x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis + 1:]``; the first
+        ``batch_dims`` dims of ``x`` and ``indices`` are batch dims (``batch_dims <= axis``).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((3,), og.float32)
+        >>> g.run({x: [10.0, 20.0, 30.0]}, [g.gather(x, g.constant([2, -3]))])[0].tolist()
+        [30.0, 10.0]
+        """
+        idx = self._as_tensor(indices)
+        ax = normalize_axis(axis, x.rank)
+        return self._apply(GATHER, [x, idx], GatherAttrs(ax, _batch_dims(batch_dims, idx.rank)), name)
+
+    def gather_nd(self, x: Tensor, indices: Any, batch_dims: int = 0, *, name: str | None = None) -> Tensor:
+        """Slices of ``x`` at the index vectors in ``indices[..., K]`` (TF ``gather_nd``; negative indices wrap).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.constant([[1, 2], [3, 4]])
+        >>> g.run({}, [g.gather_nd(x, g.constant([[1, 0], [0, 1]]))])[0].tolist()
+        [3, 2]
+        """
+        idx = self._as_tensor(indices)
+        return self._apply(GATHER_ND, [x, idx], GatherNDAttrs(_batch_dims(batch_dims, idx.rank)), name)
+
+    def gather_along_axis(self, x: Tensor, indices: Any, axis: int, *, name: str | None = None) -> Tensor:
+        """``out[..., i, ...] = x[..., indices[..., i, ...], ...]`` along ``axis`` (``torch.gather``)."""
+        return self._apply(GATHER_ALONG_AXIS, [x, self._as_tensor(indices)],
+                           GatherAlongAxisAttrs(normalize_axis(axis, x.rank)), name)
+
+    def scatter(self, data: Tensor, updates: Tensor, indices: Any, axis: int = 0,
+                mode: ScatterMode = ScatterMode.ADD, *, name: str | None = None) -> Tensor:
+        """``data`` with ``updates[..., j, ...]`` combined by ``mode`` into slice ``indices[j]`` along ``axis``.
+
+        ``indices`` is 1-D (MPSGraph ``scatterWithData``). With ``ScatterMode.SET`` and duplicate
+        indices one of the updates wins.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); d = g.constant([0, 0, 0])
+        >>> g.run({}, [g.scatter(d, g.constant([5, 7]), g.constant([2, 2]))])[0].tolist()
+        [0, 0, 12]
+        """
+        return self._apply(SCATTER, [data, updates, self._as_tensor(indices)],
+                           ScatterAttrs(normalize_axis(axis, data.rank), _expect_mode(mode)), name)
+
+    def scatter_nd(self, data: Tensor, updates: Tensor, indices: Any, mode: ScatterMode = ScatterMode.ADD,
+                   batch_dims: int = 0, *, name: str | None = None) -> Tensor:
+        """``data`` with update slices combined by ``mode`` at the index vectors ``indices[..., K]``
+        (TF ``tensor_scatter_nd_*``; MPSGraph ``scatterNDWithData``)."""
+        idx = self._as_tensor(indices)
+        return self._apply(SCATTER_ND, [data, updates, idx],
+                           ScatterNDAttrs(_expect_mode(mode), _batch_dims(batch_dims, idx.rank)), name)
+
+    def scatter_along_axis(self, data: Tensor, updates: Tensor, indices: Any, axis: int,
+                           mode: ScatterMode = ScatterMode.ADD, *, name: str | None = None) -> Tensor:
+        """``data[..., indices[..., i, ...], ...]`` combined with ``updates[..., i, ...]`` by ``mode`` along
+        ``axis`` (``torch.scatter_reduce`` with ``include_self=True``)."""
+        return self._apply(SCATTER_ALONG_AXIS, [data, updates, self._as_tensor(indices)],
+                           ScatterAttrs(normalize_axis(axis, data.rank), _expect_mode(mode)), name)
+
+    def one_hot(self, indices: Tensor, depth: int, axis: int = -1, on_value: bool | int | float = 1,
+                off_value: bool | int | float = 0, dtype: object = float32, *, name: str | None = None) -> Tensor:
+        """A new axis of size ``depth``: ``on_value`` where its coordinate equals the index, else
+        ``off_value``; indices outside ``[0, depth)`` give all ``off_value`` (TF ``one_hot``).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); i = g.constant([0, 2])
+        >>> g.run({}, [g.one_hot(i, 3, dtype=og.int32)])[0].tolist()
+        [[1, 0, 0], [0, 0, 1]]
+        """
+        dt = as_dtype(dtype)
+        conv: Callable[[Any], bool | int | float] = bool if dt.is_bool else int if dt.is_integer else float
+        indices = self._as_tensor(indices)
+        return self._apply(ONE_HOT, [indices], OneHotAttrs(depth, normalize_axis(axis, indices.rank + 1),
+                                                           conv(on_value), conv(off_value), dt), name)
+
+    def coordinate_along_axis(self, axis: int, shape: Sequence[int], dtype: object = int32, *,
+                              name: str | None = None) -> Tensor:
+        """A tensor of ``shape`` whose value is each element's coordinate along ``axis`` (MPSGraph ``coordinate``).
+
+        >>> import opgraph as og
+        >>> g = og.Graph()
+        >>> g.run({}, [g.coordinate_along_axis(1, (2, 3))])[0].tolist()
+        [[0, 1, 2], [0, 1, 2]]
+        """
+        shp = as_shape(shape)
+        dims = [d for d in shp if d is not None]
+        if len(dims) != len(shp):
+            raise ShapeError(f"coordinate_along_axis: shape must be static, got {format_shape(shp)}")
+        a = CoordinateAttrs(normalize_axis(axis, len(dims)), tuple(dims), as_dtype(dtype))
+        return self._apply(COORDINATE_ALONG_AXIS, [], a, name)
+
+    def band_part(self, x: Tensor, num_lower: int, num_upper: int, *, name: str | None = None) -> Tensor:
+        """Keep ``num_lower`` sub- and ``num_upper`` super-diagonals of each matrix (negative: keep all).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.constant([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+        >>> g.run({}, [g.band_part(x, 0, -1)])[0].tolist()
+        [[1, 2, 3], [0, 5, 6], [0, 0, 9]]
+        """
+        return self._apply(BAND_PART, [x], BandPartAttrs(num_lower, num_upper), name)
+
+
+__all__ = ["BAND_PART", "COORDINATE_ALONG_AXIS", "GATHER", "GATHER_ALONG_AXIS", "GATHER_ND", "ONE_HOT", "SCATTER",
+           "SCATTER_ALONG_AXIS", "SCATTER_ND", "GatherBuilders", "ScatterMode"]

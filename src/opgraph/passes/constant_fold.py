@@ -25,7 +25,10 @@ def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
             return None
         ctx = LowerContext(op.attrs, tuple(t.type for t in ins), tuple(t.type for t in op.outputs),
                            torch.device("cpu"))
-        result = op.op.lower(ctx)(*[t.op.payload for t in ins])
+        try:
+            result = op.op.lower(ctx)(*[t.op.payload for t in ins])
+        except Exception:  # a failing kernel (bad index, ...) stays in, to fail with a clear error at run time
+            return None
         values = list(result) if isinstance(result, (tuple, list)) else [result]
         outs = []
         for t, v in zip(op.outputs, values, strict=True):
