@@ -1,9 +1,323 @@
-"""Ops: pooling."""
+"""Ops: pooling (MPSGraph's max/avg pooling 2D and 4D, L2-norm pooling).
+
+``Pooling2dDescriptor`` pools the H and W dims of an NCHW/NHWC tensor; ``Pooling4dDescriptor`` pools
+the 4 innermost dims of a tensor of rank >= 4 (a kernel size of 1 leaves a dim alone). Padding styles
+and the output size (with ``ceil_mode``) follow ``opgraph.ops._padding``.
+
+* max: padding counts as -inf.
+* avg: the sum over the window (padding as zeros) divided by the number of window elements in the
+  source, or, with ``include_zero_pad_to_average``, also those in the padding (never those past it
+  that only ``ceil_mode`` adds). A window with nothing to count gives NaN.
+* L2 norm: ``sqrt(sum(x ** 2))`` over the window, padding as zeros.
+"""
 
 from __future__ import annotations
 
-from ..ir.graph import GraphCore
+import enum
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..core.errors import AttributeValueError, ShapeError
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Tensor
+from ._padding import (
+    PaddingStyle,
+    TensorLayout,
+    check_bool,
+    check_enum,
+    check_int,
+    check_positive_sizes,
+    effective_kernel,
+    output_size,
+    real_float_dtype,
+    resolve_pads,
+    set_ints,
+)
+from ._rules import expect_arity
+from .registry import FusionKind, LowerContext, OpDef, attrs
+
+Pairs = tuple[tuple[int, int], ...]
+
+
+# ---- descriptors -------------------------------------------------------------------------------
+@attrs
+class Pooling2dDescriptor:
+    """MPSGraph's ``MPSGraphPooling2DOpDescriptor`` (fields in snake_case, same order)."""
+
+    kernel_width: int
+    kernel_height: int
+    stride_in_x: int = 1
+    stride_in_y: int = 1
+    dilation_rate_in_x: int = 1
+    dilation_rate_in_y: int = 1
+    padding_left: int = 0
+    padding_right: int = 0
+    padding_top: int = 0
+    padding_bottom: int = 0
+    padding_style: PaddingStyle = PaddingStyle.EXPLICIT
+    ceil_mode: bool = False
+    include_zero_pad_to_average: bool = False
+    data_layout: TensorLayout = TensorLayout.NCHW
+
+    def __post_init__(self) -> None:
+        for f in ("kernel_width", "kernel_height", "stride_in_x", "stride_in_y", "dilation_rate_in_x",
+                  "dilation_rate_in_y"):
+            check_int(self, f, 1)
+        for f in ("padding_left", "padding_right", "padding_top", "padding_bottom"):
+            check_int(self, f, 0)
+        check_enum(self, "padding_style", list(PaddingStyle))
+        check_bool(self, "ceil_mode")
+        check_bool(self, "include_zero_pad_to_average")
+        check_enum(self, "data_layout", (TensorLayout.NCHW, TensorLayout.NHWC))
+
+    # the pooled dims in (y, x) order, as Pooling4dDescriptor's fields
+    @property
+    def kernel_sizes(self) -> tuple[int, int]:
+        return (self.kernel_height, self.kernel_width)
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        return (self.stride_in_y, self.stride_in_x)
+
+    @property
+    def dilation_rates(self) -> tuple[int, int]:
+        return (self.dilation_rate_in_y, self.dilation_rate_in_x)
+
+    @property
+    def padding_pairs(self) -> Pairs:
+        return ((self.padding_top, self.padding_bottom), (self.padding_left, self.padding_right))
+
+
+@attrs
+class Pooling4dDescriptor:
+    """MPSGraph's ``MPSGraphPooling4DOpDescriptor`` over the 4 innermost dims (fastest running last).
+
+    ``padding_values`` holds 8 ints: before and after for each of the 4 dims, slowest dim first.
+
+    >>> from opgraph.ops.pooling import Pooling4dDescriptor
+    >>> Pooling4dDescriptor((1, 1, 2, 2), strides=(1, 1, 2, 2)).padding_pairs
+    ((0, 0), (0, 0), (0, 0), (0, 0))
+    """
+
+    kernel_sizes: tuple[int, int, int, int]
+    strides: tuple[int, int, int, int] = (1, 1, 1, 1)
+    dilation_rates: tuple[int, int, int, int] = (1, 1, 1, 1)
+    padding_values: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0, 0)
+    padding_style: PaddingStyle = PaddingStyle.EXPLICIT
+    ceil_mode: bool = False
+    include_zero_pad_to_average: bool = False
+
+    def __post_init__(self) -> None:
+        set_ints(self, "kernel_sizes", 4, 1)
+        set_ints(self, "strides", 4, 1, scalar_ok=True)
+        set_ints(self, "dilation_rates", 4, 1, scalar_ok=True)
+        set_ints(self, "padding_values", 8, 0)
+        check_enum(self, "padding_style", list(PaddingStyle))
+        check_bool(self, "ceil_mode")
+        check_bool(self, "include_zero_pad_to_average")
+
+    @property
+    def padding_pairs(self) -> Pairs:
+        v = self.padding_values
+        return tuple((v[2 * i], v[2 * i + 1]) for i in range(4))
+
+
+Descriptor = Pooling2dDescriptor | Pooling4dDescriptor
+
+
+# ---- type rules --------------------------------------------------------------------------------
+def _out_sizes(d: Descriptor, sizes: Sequence[int | None]) -> tuple[int | None, ...]:
+    return tuple(output_size(d.padding_style, sizes[k], d.kernel_sizes[k], d.strides[k], d.dilation_rates[k],
+                             d.padding_pairs[k], d.ceil_mode) for k in range(len(sizes)))
+
+
+def _pool2d_rule(d: Pooling2dDescriptor, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    dtype = real_float_dtype(ins)
+    (src,) = ins
+    if src.rank != 4:
+        raise ShapeError(f"source must have rank 4 ({d.data_layout.value}), got rank {src.rank}")
+    cl = d.data_layout.channels_last
+    spatial = src.shape[1:3] if cl else src.shape[2:]
+    out = _out_sizes(d, spatial)
+    check_positive_sizes(out, "the result")
+    shape = (src.shape[0], *out, src.shape[3]) if cl else (*src.shape[:2], *out)
+    return TensorType(shape, dtype)
+
+
+def _pool4d_rule(d: Pooling4dDescriptor, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    dtype = real_float_dtype(ins)
+    (src,) = ins
+    if src.rank < 4:
+        raise ShapeError(f"source must have rank >= 4 (the 4 innermost dims are pooled), got rank {src.rank}")
+    out = _out_sizes(d, src.shape[-4:])
+    check_positive_sizes(out, "the result")
+    return TensorType((*src.shape[:-4], *out), dtype)
+
+
+# ---- lowering ----------------------------------------------------------------------------------
+class _Kind(enum.Enum):
+    MAX = "max"
+    AVG = "avg"
+    L2 = "l2"
+
+
+def _plan(d: Descriptor, sizes: tuple[int, ...], kind: _Kind, dtype: torch.dtype,
+          device: torch.device) -> tuple[list[int], torch.Tensor | None]:
+    """F.pad amounts (last dim first) that make the source exactly span the output's windows, and the
+    avg divisor (None when every window counts its full size)."""
+    flat: list[int] = []
+    counts: list[list[int]] = []
+    for k, size in enumerate(sizes):
+        kernel, stride, dil = d.kernel_sizes[k], d.strides[k], d.dilation_rates[k]
+        before, after = resolve_pads(d.padding_style, size, kernel, stride, dil, d.padding_pairs[k])
+        out = output_size(d.padding_style, size, kernel, stride, dil, d.padding_pairs[k], d.ceil_mode)
+        assert out is not None
+        span = (out - 1) * stride + effective_kernel(kernel, dil)
+        # after-padding up to the last window: more for ceil_mode, negative to crop unused elements
+        flat = [before, span - size - before, *flat]
+        lo, hi = (0, size + before + after) if d.include_zero_pad_to_average else (before, before + size)
+        counts.append([sum(lo <= o * stride + j * dil < hi for j in range(kernel)) for o in range(out)])
+    divisor = None
+    if kind is _Kind.AVG and any(c != d.kernel_sizes[k] for k, cs in enumerate(counts) for c in cs):
+        divisor = torch.ones((), dtype=torch.float64)
+        for c in counts:
+            divisor = divisor[..., None] * torch.tensor(c, dtype=torch.float64)
+        divisor = divisor.to(dtype=dtype, device=device)
+    return flat, divisor
+
+
+def _window_reduce(x: torch.Tensor, d: Descriptor, kind: _Kind) -> torch.Tensor:
+    """Max or sum over windows of the (already padded) innermost dims, through strided views."""
+    n = len(d.kernel_sizes)
+    reduced = 0
+    for k in range(n):
+        kernel, stride, dil = d.kernel_sizes[k], d.strides[k], d.dilation_rates[k]
+        if kernel == 1 and stride == 1:
+            continue
+        x = x.unfold(x.dim() - reduced - n + k, effective_kernel(kernel, dil), stride)
+        if dil > 1:
+            x = x[..., ::dil]
+        reduced += 1
+    if not reduced:
+        return x
+    dims = tuple(range(-reduced, 0))
+    return x.amax(dim=dims) if kind is _Kind.MAX else x.sum(dim=dims)
+
+
+def _pool_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
+    def lower(ctx: LowerContext) -> Callable[..., Any]:
+        d: Descriptor = ctx.attrs
+        n = len(d.kernel_sizes)
+        cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
+        dtype = ctx.in_types[0].dtype.torch_dtype
+        cache: dict[tuple[int, ...], tuple[list[int], torch.Tensor | None]] = {}
+        fill = -math.inf if kind is _Kind.MAX else 0.0
+        # torch's 2-D kernels where they fit (avg_pool2d has no dilation); strided views otherwise
+        pool2d = n == 2 and (kind is _Kind.MAX or d.dilation_rates == (1, 1))
+        window = math.prod(d.kernel_sizes)
+        # torch's 2-D kernels pad by at most half the window on each side
+        limit = [effective_kernel(k, r) // 2 for k, r in zip(d.kernel_sizes, d.dilation_rates, strict=True)]
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            if cl:
+                x = x.permute(0, 3, 1, 2)
+            sizes = tuple(x.shape[-n:])
+            if sizes not in cache:
+                cache[sizes] = _plan(d, sizes, kind, dtype, ctx.device)
+            flat, divisor = cache[sizes]
+            padding = (0, 0)
+            if pool2d and flat[0] == flat[1] and flat[2] == flat[3] and flat[0] <= limit[1] and flat[2] <= limit[0]:
+                padding = (flat[2], flat[0])  # symmetric padding the torch kernel does itself, without a copy
+            elif any(flat):
+                x = F.pad(x, flat, value=fill)
+            if kind is _Kind.L2:
+                x = x * x
+            if pool2d and kind is _Kind.MAX:
+                y = F.max_pool2d(x, d.kernel_sizes, d.strides, padding, d.dilation_rates)
+            elif pool2d:
+                y = F.avg_pool2d(x, d.kernel_sizes, d.strides, padding, count_include_pad=True)
+                if kind is _Kind.L2:
+                    y = y * window
+                elif divisor is not None:
+                    y = y * (window / divisor)
+            else:
+                y = _window_reduce(x, d, kind)
+                if kind is _Kind.AVG:
+                    y = y / divisor if divisor is not None else y / window
+            if kind is _Kind.L2:
+                y = torch.sqrt(y)
+            return y.permute(0, 2, 3, 1) if cl else y
+
+        return run
+
+    return lower
+
+
+def _pool(name: str, kind: _Kind, two_d: bool, doc: str) -> OpDef:
+    return OpDef(name, infer=_pool2d_rule if two_d else _pool4d_rule, lower=_pool_lower(kind),
+                 attrs=Pooling2dDescriptor if two_d else Pooling4dDescriptor, fusion=FusionKind.OPAQUE, doc=doc)
+
+
+MAX_POOL2D = _pool("max_pool2d", _Kind.MAX, True, "max over 2-D windows of H and W")
+AVG_POOL2D = _pool("avg_pool2d", _Kind.AVG, True, "mean over 2-D windows of H and W")
+L2_NORM_POOL2D = _pool("l2_norm_pool2d", _Kind.L2, True, "L2 norm over 2-D windows of H and W")
+MAX_POOL4D = _pool("max_pool4d", _Kind.MAX, False, "max over windows of the 4 innermost dims")
+AVG_POOL4D = _pool("avg_pool4d", _Kind.AVG, False, "mean over windows of the 4 innermost dims")
+L2_NORM_POOL4D = _pool("l2_norm_pool4d", _Kind.L2, False, "L2 norm over windows of the 4 innermost dims")
+
+
+# ---- builder methods ---------------------------------------------------------------------------
+def _descriptor(op: str, value: Any, cls: type) -> Any:
+    if not isinstance(value, cls):
+        raise AttributeValueError(f"{op}: descriptor must be an og.{cls.__name__}, got {type(value).__name__}")
+    return value
 
 
 class PoolingBuilders(GraphCore):
     """Graph methods for pooling."""
+
+    def max_pool2d(self, source: Tensor, descriptor: Pooling2dDescriptor, *, name: str | None = None) -> Tensor:
+        """Max pooling over H and W (MPSGraph ``maxPooling2D``).
+
+        >>> import opgraph as og, torch
+        >>> from opgraph.ops.pooling import Pooling2dDescriptor
+        >>> g = og.Graph(); x = g.placeholder((1, 1, 2, 4))
+        >>> y = g.max_pool2d(x, Pooling2dDescriptor(2, 2, stride_in_x=2, stride_in_y=2))
+        >>> g.run({x: torch.arange(8.0).reshape(1, 1, 2, 4)}, [y])[0].tolist()
+        [[[[5.0, 7.0]]]]
+        """
+        return self._apply(MAX_POOL2D, [source], _descriptor("max_pool2d", descriptor, Pooling2dDescriptor), name)
+
+    def avg_pool2d(self, source: Tensor, descriptor: Pooling2dDescriptor, *, name: str | None = None) -> Tensor:
+        """Average pooling over H and W (MPSGraph ``avgPooling2D``); see the module doc for the divisor."""
+        return self._apply(AVG_POOL2D, [source], _descriptor("avg_pool2d", descriptor, Pooling2dDescriptor), name)
+
+    def l2_norm_pool2d(self, source: Tensor, descriptor: Pooling2dDescriptor, *,
+                       name: str | None = None) -> Tensor:
+        """L2-norm pooling over H and W: ``sqrt(sum(x ** 2))`` per window."""
+        d = _descriptor("l2_norm_pool2d", descriptor, Pooling2dDescriptor)
+        return self._apply(L2_NORM_POOL2D, [source], d, name)
+
+    def max_pool4d(self, source: Tensor, descriptor: Pooling4dDescriptor, *, name: str | None = None) -> Tensor:
+        """Max pooling over the 4 innermost dims (MPSGraph ``maxPooling4D``)."""
+        return self._apply(MAX_POOL4D, [source], _descriptor("max_pool4d", descriptor, Pooling4dDescriptor), name)
+
+    def avg_pool4d(self, source: Tensor, descriptor: Pooling4dDescriptor, *, name: str | None = None) -> Tensor:
+        """Average pooling over the 4 innermost dims (MPSGraph ``avgPooling4D``)."""
+        return self._apply(AVG_POOL4D, [source], _descriptor("avg_pool4d", descriptor, Pooling4dDescriptor), name)
+
+    def l2_norm_pool4d(self, source: Tensor, descriptor: Pooling4dDescriptor, *,
+                       name: str | None = None) -> Tensor:
+        """L2-norm pooling over the 4 innermost dims (MPSGraph ``L2NormPooling4D``)."""
+        d = _descriptor("l2_norm_pool4d", descriptor, Pooling4dDescriptor)
+        return self._apply(L2_NORM_POOL4D, [source], d, name)
+
+
+__all__ = ["AVG_POOL2D", "AVG_POOL4D", "L2_NORM_POOL2D", "L2_NORM_POOL4D", "MAX_POOL2D", "MAX_POOL4D",
+           "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingBuilders"]
