@@ -40,11 +40,11 @@ def _feed(sample: Sample) -> list[torch.Tensor]:
     return [v if isinstance(v, torch.Tensor) else torch.from_numpy(np.asarray(v)) for v in sample.inputs]
 
 
-def check_close(record: OpInfo, got: torch.Tensor, want: Any, label: str) -> None:
+def check_close(record: OpInfo, got: torch.Tensor, want: Any, label: str, gpu: bool = False) -> None:
     want_np = np.asarray(want)
     got_np = to_numpy(got)
     assert got_np.shape == want_np.shape, f"{label}: shape {got_np.shape} != oracle {want_np.shape}"
-    rtol, atol = record.tolerance(got.dtype)
+    rtol, atol = record.tolerance(got.dtype, gpu)
     if got.dtype.is_floating_point or got.dtype.is_complex:
         np.testing.assert_allclose(got_np, want_np.astype(got_np.dtype) if got.dtype != torch.bfloat16 else want_np,
                                    rtol=rtol, atol=atol, equal_nan=True, err_msg=label)

@@ -22,7 +22,7 @@ def test_numerics_on_cuda(record: OpInfo, sample: Sample) -> None:
     for t, r, e in zip(outs, results, expected, strict=True):
         assert r.device.type == "cuda"
         assert r.dtype == t.dtype.torch_dtype and tuple(r.shape) == t.shape
-        check_close(record, r.cpu(), e, f"{record.name} {sample.desc} on cuda")
+        check_close(record, r.cpu(), e, f"{record.name} {sample.desc} on cuda", gpu=True)
 
 
 def test_variables_live_on_the_device() -> None:

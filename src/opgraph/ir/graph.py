@@ -78,6 +78,9 @@ class Tensor:
     def __pow__(self, o: Any) -> Tensor: return self.graph.power(self, o)
     def __rpow__(self, o: Any) -> Tensor: return self.graph.power(o, self)
     def __mod__(self, o: Any) -> Tensor: return self.graph.floor_modulo(self, o)
+    def __rmod__(self, o: Any) -> Tensor: return self.graph.floor_modulo(o, self)
+    def __lshift__(self, o: Any) -> Tensor: return self.graph.shift_left(self, o)
+    def __rshift__(self, o: Any) -> Tensor: return self.graph.shift_right(self, o)
     def __matmul__(self, o: Any) -> Tensor: return self.graph.matmul(self, o)
     def __rmatmul__(self, o: Any) -> Tensor: return self.graph.matmul(o, self)
     def __neg__(self) -> Tensor: return self.graph.negative(self)
@@ -93,6 +96,10 @@ class Tensor:
 
     def __xor__(self, o: Any) -> Tensor:
         return self.graph.logical_xor(self, o) if self.dtype.is_bool else self.graph.bitwise_xor(self, o)
+
+    __rand__ = __and__
+    __ror__ = __or__
+    __rxor__ = __xor__
 
     def __lt__(self, o: Any) -> Tensor: return self.graph.less(self, o)
     def __le__(self, o: Any) -> Tensor: return self.graph.less_equal(self, o)

@@ -1,9 +1,221 @@
-"""Ops: activations (relu, gelu, silu, ...)."""
+"""Ops: activations (relu, gelu, silu, ...), each one elementwise op on real floating dtypes.
+
+They are single ops with PyTorch lowerings (one fused kernel each); composites such as ``gelu`` or
+``mish`` may later decompose into primitives through a named rewrite.
+"""
 
 from __future__ import annotations
 
-from ..ir.graph import GraphCore
+import enum
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..core.dtype import FLOAT_DTYPES
+from ..core.errors import AttributeValueError
+from ..core.types import TensorType
+from ..ir.attrs import serializable
+from ..ir.graph import GraphCore, Tensor
+from ._rules import expect_arity, expect_dtype
+from .registry import FusionKind, LowerContext, OpDef, attrs, direct
+
+
+def _float_rule(a: Any, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    expect_dtype(ins[0], FLOAT_DTYPES)
+    return ins[0]
+
+
+def _finite(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise AttributeValueError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _num(value: Any) -> Any:
+    """Numbers stored as floats (exact JSON round trips); anything else is left for the type rule to reject."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def activation(name: str, fn: Callable[..., Any] | None = None, doc: str = "", *, attrs: type | None = None,
+               rule: Callable[[Any, tuple[TensorType, ...]], TensorType] = _float_rule,
+               lower: Callable[[LowerContext], Callable[..., Any]] | None = None) -> OpDef:
+    return OpDef(name, infer=rule, lower=lower if fn is None else direct(fn), attrs=attrs,
+                 fusion=FusionKind.ELEMENTWISE, doc=doc)
+
+
+# ---- attribute-free ------------------------------------------------------------------------------
+RELU = activation("relu", torch.relu, "max(x, 0)")
+RELU6 = activation("relu6", F.relu6, "min(max(x, 0), 6)")
+SILU = activation("silu", F.silu, "x * sigmoid(x) (swish)")
+SIGMOID = activation("sigmoid", torch.sigmoid, "1 / (1 + exp(-x))")
+SOFTSIGN = activation("softsign", F.softsign, "x / (1 + |x|)")
+MISH = activation("mish", F.mish, "x * tanh(softplus(x))")
+
+
+# ---- with a slope or scale ---------------------------------------------------------------------------
+@attrs
+class AlphaAttrs:
+    alpha: float
+
+
+def _alpha_rule(a: AlphaAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    _finite("alpha", a.alpha)
+    return _float_rule(a, ins)
+
+
+LEAKY_RELU = activation("leaky_relu", doc="x where x >= 0, else alpha * x", attrs=AlphaAttrs, rule=_alpha_rule,
+                        lower=lambda ctx: lambda x: F.leaky_relu(x, ctx.attrs.alpha))
+ELU = activation("elu", doc="x where x > 0, else alpha * (exp(x) - 1)", attrs=AlphaAttrs, rule=_alpha_rule,
+                 lower=lambda ctx: lambda x: F.elu(x, ctx.attrs.alpha))
+
+
+@serializable
+class GeluApproximation(enum.Enum):
+    """How ``gelu`` evaluates the normal CDF: exactly with ``erf``, or with PyTorch's/BERT's tanh formula."""
+
+    NONE = "none"
+    TANH = "tanh"
+
+
+@attrs
+class GeluAttrs:
+    approximate: GeluApproximation = GeluApproximation.NONE
+
+
+def _gelu_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    if not isinstance(a.approximate, GeluApproximation):
+        raise AttributeValueError(f"approximate must be a GeluApproximation, got {a.approximate!r}")
+    return _float_rule(a, ins)
+
+
+def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
+    if ctx.attrs.approximate is GeluApproximation.TANH:
+        return lambda x: F.gelu(x, approximate="tanh")
+    return lambda x: torch.where(x == math.inf, x, F.gelu(x))  # torch's CPU erf kernel gives NaN at +inf
+
+
+GELU = activation("gelu", doc="x * Phi(x), Phi the standard normal CDF (erf, or the tanh approximation)",
+                  attrs=GeluAttrs, rule=_gelu_rule, lower=_gelu_lower)
+
+
+@attrs
+class HardSigmoidAttrs:
+    alpha: float = 0.2
+    beta: float = 0.5
+
+
+def _hard_sigmoid_rule(a: HardSigmoidAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    _finite("alpha", a.alpha)
+    _finite("beta", a.beta)
+    return _float_rule(a, ins)
+
+
+def _hard_sigmoid_lower(ctx: LowerContext) -> Callable[..., Any]:
+    alpha, beta = ctx.attrs.alpha, ctx.attrs.beta
+    return lambda x: torch.clamp(x * alpha + beta, 0.0, 1.0)
+
+
+HARD_SIGMOID = activation("hard_sigmoid", doc="max(0, min(1, alpha * x + beta))", attrs=HardSigmoidAttrs,
+                          rule=_hard_sigmoid_rule, lower=_hard_sigmoid_lower)
+
+
+@attrs
+class SoftplusAttrs:
+    beta: float = 1.0
+    threshold: float = 20.0
+
+
+def _softplus_rule(a: SoftplusAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    if _finite("beta", a.beta) <= 0:
+        raise AttributeValueError(f"beta must be positive, got {a.beta!r}")
+    _finite("threshold", a.threshold)
+    return _float_rule(a, ins)
+
+
+SOFTPLUS = activation("softplus", doc="log(1 + exp(beta * x)) / beta; x itself where beta * x > threshold",
+                      attrs=SoftplusAttrs, rule=_softplus_rule,
+                      lower=lambda ctx: lambda x: F.softplus(x, ctx.attrs.beta, ctx.attrs.threshold))
 
 
 class ActivationBuilders(GraphCore):
-    """Graph methods for activations (relu, gelu, silu, ...)."""
+    """Graph methods for activations (relu, gelu, silu, ...); all take real floating tensors."""
+
+    def _activation(self, op: OpDef, x: Any, a: Any, name: str | None) -> Tensor:
+        return self._apply(op, [self._as_tensor(x)], a, name)
+
+    def relu(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``max(x, 0)``.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((3,))
+        >>> g.run({x: [-1.0, 0.0, 2.0]}, [g.relu(x)])[0].tolist()
+        [0.0, 0.0, 2.0]
+        """
+        return self._activation(RELU, x, None, name)
+
+    def leaky_relu(self, x: Tensor, alpha: float = 0.01, *, name: str | None = None) -> Tensor:
+        """``x`` where ``x >= 0``, else ``alpha * x``."""
+        return self._activation(LEAKY_RELU, x, AlphaAttrs(_num(alpha)), name)
+
+    def relu6(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``min(max(x, 0), 6)``."""
+        return self._activation(RELU6, x, None, name)
+
+    def elu(self, x: Tensor, alpha: float = 1.0, *, name: str | None = None) -> Tensor:
+        """``x`` where ``x > 0``, else ``alpha * (exp(x) - 1)``."""
+        return self._activation(ELU, x, AlphaAttrs(_num(alpha)), name)
+
+    def gelu(self, x: Tensor, approximate: GeluApproximation | bool = GeluApproximation.NONE, *,
+             name: str | None = None) -> Tensor:
+        """``x * Phi(x)`` with the exact normal CDF, or its tanh approximation when ``approximate`` is
+        ``GeluApproximation.TANH`` (or ``True``).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((2,))
+        >>> [round(v, 4) for v in g.run({x: [1.0, -1.0]}, [g.gelu(x)])[0].tolist()]
+        [0.8413, -0.1587]
+        """
+        if isinstance(approximate, bool):
+            approximate = GeluApproximation.TANH if approximate else GeluApproximation.NONE
+        return self._activation(GELU, x, GeluAttrs(approximate), name)
+
+    def silu(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x * sigmoid(x)`` (also called swish)."""
+        return self._activation(SILU, x, None, name)
+
+    def sigmoid(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``1 / (1 + exp(-x))``."""
+        return self._activation(SIGMOID, x, None, name)
+
+    def hard_sigmoid(self, x: Tensor, alpha: float = 0.2, beta: float = 0.5, *, name: str | None = None) -> Tensor:
+        """``max(0, min(1, alpha * x + beta))``, with MPSGraph's and ONNX's defaults ``alpha=0.2, beta=0.5``
+        (PyTorch's ``hardsigmoid`` is ``alpha=1/6``).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((3,))
+        >>> g.run({x: [-5.0, 0.0, 5.0]}, [g.hard_sigmoid(x)])[0].tolist()
+        [0.0, 0.5, 1.0]
+        """
+        return self._activation(HARD_SIGMOID, x, HardSigmoidAttrs(_num(alpha), _num(beta)), name)
+
+    def softplus(self, x: Tensor, beta: float = 1.0, threshold: float = 20.0, *, name: str | None = None) -> Tensor:
+        """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold`` (as PyTorch)."""
+        return self._activation(SOFTPLUS, x, SoftplusAttrs(_num(beta), _num(threshold)), name)
+
+    def softsign(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x / (1 + |x|)``."""
+        return self._activation(SOFTSIGN, x, None, name)
+
+    def mish(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x * tanh(softplus(x))``."""
+        return self._activation(MISH, x, None, name)
+
+
+__all__ = [
+    "ELU", "GELU", "HARD_SIGMOID", "LEAKY_RELU", "MISH", "RELU", "RELU6", "SIGMOID", "SILU", "SOFTPLUS", "SOFTSIGN",
+    "ActivationBuilders", "AlphaAttrs", "GeluApproximation", "GeluAttrs", "HardSigmoidAttrs", "SoftplusAttrs",
+]

@@ -37,12 +37,12 @@ def unary(name: str, fn: Callable[..., Any] | None = None, doc: str = "", *,
           lower: Callable[[LowerContext], Callable[..., Any]] | None = None, **kinds: Any) -> OpDef:
     """An attribute-free elementwise op; integer- and bool-valued ops are not differentiable."""
     differentiable = kinds.get("result") is None and not kinds.get("integer") and not kinds.get("boolean")
-    return OpDef(name, infer=unary_rule(**kinds), lower=lower or direct(fn), fusion=FusionKind.ELEMENTWISE,
-                 doc=doc, differentiable=differentiable)
+    return OpDef(name, infer=unary_rule(**kinds), lower=lower if fn is None else direct(fn),
+                 fusion=FusionKind.ELEMENTWISE, doc=doc, differentiable=differentiable)
 
 
-FLOAT = dict(floating=True)  # real and complex floating types
-REAL_FLOAT = dict(allowed=FLOAT_DTYPES)  # functions torch (and MPSGraph) define on real numbers only
+FLOAT: dict[str, Any] = dict(floating=True)  # real and complex floating types
+REAL_FLOAT: dict[str, Any] = dict(allowed=FLOAT_DTYPES)  # functions torch (and MPSGraph) define on real numbers only
 
 
 # ---- arithmetic ------------------------------------------------------------------------------
