@@ -3,17 +3,19 @@
 A graph of ``--ops`` elementwise ops (multiply, add, negative, exp, repeating) on an 8-element
 placeholder is compiled once; we then time, per call:
 
-* direct torch: a straight-line Python function making the same torch calls on the same constants,
+* direct torch: a straight-line Python function making the same torch calls on the same constants
+  (bound as fast locals, like opgraph's generated function),
 * opgraph ``exe.run([x])``: the compiled executable (feed checks + the generated function),
 * opgraph ``g.run({x: x}, [y])``: the graph's run, with the executable cached after the first call.
 
-The input is a placeholder, so constant folding cannot remove the work. Each figure is the median
+The input is a placeholder, so constant folding cannot remove the work. Each time is the median
 over ``--repeats`` of the mean over ``--iters`` calls (time.perf_counter, garbage collector off,
-the three interleaved in each repeat). On CUDA, ``host`` times the loop and synchronises after it
+the three interleaved in each repeat, their order rotating); each ratio is the median of the
+repeats' ratios. On CUDA, ``host`` times the loop and synchronises after it
 (outside the timed region when the queue keeps up); ``sync`` synchronises after every call.
 
     python benchmarks/overhead.py                       # CPU, and CUDA when present
-    python benchmarks/overhead.py --device cpu --ops 100 --iters 2000 --json /tmp/overhead.json
+    python benchmarks/overhead.py --device cpu --ops 100 --iters 500 --json /tmp/overhead.json
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def build(n_ops: int, device: og.Device) -> tuple[og.Graph, og.Tensor, og.Tensor
     g = og.Graph()
     x = g.placeholder((SIZE,), og.float32, name="x")
     y = x
-    lines = ["def direct(x):"]
+    lines: list[str] = []
     env: dict[str, Any] = {}
     for i in range(n_ops):
         method, fn, const = STEPS[i % len(STEPS)]
@@ -62,8 +64,10 @@ def build(n_ops: int, device: og.Device) -> tuple[og.Graph, og.Tensor, og.Tensor
             env[f"c{i}"] = torch.tensor(const, dtype=torch.float32, device=device.torch)  # as opgraph binds it
             lines.append(f"    x = f{i}(x, c{i})")
     lines.append("    return x")
-    # straight-line source, like opgraph's generated function, so a Python loop costs neither side
-    exec(compile("\n".join(lines) + "\n", "<direct-torch>", "exec"), env)
+    # straight-line source with the functions and constants as fast locals, as opgraph generates it,
+    # so the ratio shows only what opgraph adds
+    head = f"def direct(x, *, {', '.join(f'{k}={k}' for k in env)}):"
+    exec(compile("\n".join([head, *lines]) + "\n", "<direct-torch>", "exec"), env)
     exe = g.compile({x: og.TensorType((SIZE,), og.float32)}, [y], device=device)
     return g, x, y, exe, env["direct"]
 
@@ -113,20 +117,30 @@ def bench(device: og.Device, n_ops: int, iters: int, repeats: int, per_call_sync
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(repeats):
-            for k, fn in cases.items():
-                samples[k].append(time_calls(fn, iters, sync, per_call_sync))
+        order = list(cases)
+        for r in range(repeats):
+            for k in order[r % 3:] + order[:r % 3]:  # rotate, so no case always runs first
+                samples[k].append(time_calls(cases[k], iters, sync, per_call_sync))
     finally:
         if gc_was_enabled:
             gc.enable()
     us = {k: statistics.median(v) * 1e6 for k, v in samples.items()}
+    best = {k: min(v) * 1e6 for k, v in samples.items()}  # least disturbed by other load
     mode = "cpu" if device.kind == "cpu" else ("sync" if per_call_sync else "host")
     return {
         "device": str(device), "mode": mode, "ops": compute_ops(exe), "iters": iters, "repeats": repeats,
         "direct_us": us["direct"], "exe_run_us": us["exe_run"], "graph_run_us": us["graph_run"],
-        "exe_run_ratio": us["exe_run"] / us["direct"], "graph_run_ratio": us["graph_run"] / us["direct"],
+        # ratios: the median of each repeat's ratio, so that slow drift in machine load cancels
+        "exe_run_ratio": _median_ratio(samples["exe_run"], samples["direct"]),
+        "graph_run_ratio": _median_ratio(samples["graph_run"], samples["direct"]),
         "exe_run_overhead_us_per_op": (us["exe_run"] - us["direct"]) / max(n_ops, 1),
+        "min_direct_us": best["direct"], "min_exe_run_us": best["exe_run"], "min_graph_run_us": best["graph_run"],
+        "min_exe_run_ratio": best["exe_run"] / best["direct"],
     }
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -146,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", action="append", help="cpu, cuda, cuda:N, mps; repeatable "
                    "(default: cpu, and cuda when present)")
     p.add_argument("--ops", type=int, default=100, help="ops in the chain (default 100)")
-    p.add_argument("--iters", type=int, default=1000, help="calls per repeat (default 1000)")
-    p.add_argument("--repeats", type=int, default=7, help="repeats; the median is reported (default 7)")
+    p.add_argument("--iters", type=int, default=200, help="calls per repeat (default 200)")
+    p.add_argument("--repeats", type=int, default=25, help="repeats; the median is reported (default 25)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--max-ratio", type=float, default=None,
                    help=f"exit 1 when exe.run / direct exceeds this on any row (target {TARGET_RATIO})")

@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
     p.add_argument("--iters", type=_positive, default=50, help="timed runs of each (default 50)")
     p.add_argument("--warmup", type=_non_negative, default=3, help="untimed runs first (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and input")
+    p.add_argument("--threads", type=_positive, default=None, help="CPU threads for PyTorch (default: its own)")
+    p.add_argument("--max-seconds", type=_positive_float, default=10.0,
+                   help="stop timing early after this long (default 10; a loaded machine is slow)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
 
@@ -48,6 +51,13 @@ def _positive(s: str) -> int:
     v = int(s)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    v = float(s)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
     return v
 
 
@@ -101,17 +111,16 @@ def build_graph(weights: Weights, batch: int) -> tuple[Any, Any, Any]:
 
 
 def _descriptors() -> tuple[Any, Any]:
+    """NCHW/OIHW conv and 2x2/stride-2 pooling descriptors (``og.*`` once exported, else the op modules)."""
     import opgraph as og
+    from opgraph.ops import conv, pooling
 
-    conv_cls = getattr(og, "Conv2dDescriptor", None)
-    pool_cls = getattr(og, "Pooling2dDescriptor", None)
-    if conv_cls is None:
-        from opgraph.ops.conv import Conv2dDescriptor as conv_cls  # type: ignore[attr-defined, no-redef]
-    if pool_cls is None:
-        from opgraph.ops.pooling import Pooling2dDescriptor as pool_cls  # type: ignore[attr-defined, no-redef]
-    conv = conv_cls()
-    pool = pool_cls(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2)
-    return conv, pool
+    conv_cls = getattr(og, "Conv2dDescriptor", conv.Conv2dDescriptor)
+    pool_cls = getattr(og, "Pooling2dDescriptor", pooling.Pooling2dDescriptor)
+    layout = getattr(og, "TensorLayout", conv.TensorLayout)
+    weights_layout = getattr(og, "WeightsLayout", conv.WeightsLayout)
+    return (conv_cls(data_layout=layout.NCHW, weights_layout=weights_layout.OIHW),
+            pool_cls(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2, data_layout=layout.NCHW))
 
 
 def eager(weights: Weights) -> Callable[[Any], Any]:
@@ -138,7 +147,7 @@ def missing_ops() -> list[str]:
     missing = [m for m in NEEDED if not hasattr(og.Graph, m)]
     try:
         _descriptors()
-    except (ImportError, TypeError) as e:
+    except (ImportError, AttributeError, TypeError) as e:
         missing.append(f"descriptors ({e})")
     return missing
 
@@ -147,42 +156,64 @@ def missing_ops() -> list[str]:
 @dataclass
 class Timing:
     name: str
-    per_run: list[float]  # seconds, one per run (CUDA: measured with events)
-    wall: float           # seconds per run over the whole loop, synchronised at the end
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.per_run)
+    host: list[float]    # seconds per run: host clock around the call and a device synchronise
+    events: list[float]  # seconds per run between CUDA events (GPU time; empty off CUDA)
 
 
-def measure(name: str, fn: Callable[[], Any], iters: int, device: Any, progress: Progress) -> Timing:
-    """Time ``iters`` calls of ``fn``; on CUDA each run is bracketed by events and the loop synchronised."""
+def measure(fns: dict[str, Callable[[], Any]], iters: int, device: Any, progress: Progress,
+            max_seconds: float = math.inf) -> list[Timing]:
+    """Time ``iters`` runs of each of ``fns``, interleaved so that all see the same machine load;
+    each pass stops early (after at least one run) once ``max_seconds`` have gone."""
     import torch
 
-    per_run: list[float] = []
-    device.synchronize()
-    if device.is_cuda:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-        t0 = time.perf_counter()
-        for i, (start, end) in enumerate(events):
-            start.record()
-            fn()
-            end.record()
-            progress.update(i + 1, iters)
-        torch.cuda.synchronize(device.torch)
-        wall = (time.perf_counter() - t0) / iters
-        per_run = [s.elapsed_time(e) / 1e3 for s, e in events]
-    else:
-        t0 = time.perf_counter()
+    deadline = time.perf_counter() + max_seconds / (2 if device.is_cuda else 1)
+
+    names = list(fns)
+    events: dict[str, list[float]] = {n: [] for n in names}
+    host: dict[str, list[float]] = {n: [] for n in names}
+    passes = 2 if device.is_cuda else 1
+    if device.is_cuda:  # GPU time: events around each run, one synchronise at the end
+        pairs = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(iters)] for n in names}
+        device.synchronize()
         for i in range(iters):
+            for n in names:
+                start, end = pairs[n][i]
+                start.record()
+                fns[n]()
+                end.record()
+            progress.update(i + 1, passes * iters)
+            if time.perf_counter() > deadline:
+                pairs = {n: pairs[n][:i + 1] for n in names}
+                break
+        device.synchronize()
+        events = {n: [s.elapsed_time(e) / 1e3 for s, e in pairs[n]] for n in names}
+        deadline = time.perf_counter() + max_seconds / 2
+    for i in range(iters):  # latency: host clock, the device synchronised before and after each run
+        for n in names:
+            device.synchronize()
             t = time.perf_counter()
-            fn()
-            per_run.append(time.perf_counter() - t)
-            progress.update(i + 1, iters)
-        device.synchronize()  # MPS queues work too
-        wall = (time.perf_counter() - t0) / iters
-    return Timing(name, per_run, wall)
+            fns[n]()
+            device.synchronize()
+            host[n].append(time.perf_counter() - t)
+        progress.update((passes - 1) * iters + i + 1, passes * iters)
+        if time.perf_counter() > deadline:
+            break
+    return [Timing(n, host[n], events[n]) for n in names]
+
+
+def timing_table(timings: list[Timing]) -> str:
+    base = statistics.median(timings[-1].host)
+    has_events = any(t.events for t in timings)
+    headers = ["", "median ms", "min ms", "mean ms"] + (["GPU ms (events)"] if has_events else []) + ["vs eager"]
+    rows = []
+    for t in timings:
+        med = statistics.median(t.host)
+        row = [t.name, f"{med * 1e3:.3f}", f"{min(t.host) * 1e3:.3f}", f"{statistics.fmean(t.host) * 1e3:.3f}"]
+        if has_events:
+            row.append(f"{statistics.median(t.events) * 1e3:.3f}" if t.events else "-")
+        rows.append([*row, f"{base / med:.2f}x"])
+    return format_table(headers, rows, align="<" + ">" * (len(headers) - 1))
 
 
 # ---- the command -------------------------------------------------------------------------------
@@ -190,15 +221,17 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import opgraph as og
-    from opgraph.ir.printer import format_attrs
 
     progress = Progress(enabled=not args.quiet)
     dev = og.device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     missing = missing_ops()
     if missing:
         print(f"opgraph demo: this build of opgraph lacks {', '.join(missing)}", file=sys.stderr)
         return 1
-    print(f"opgraph demo: LeNet-like CNN, input float32({args.batch}, 1, {IMAGE}, {IMAGE}), device {dev}")
+    print(f"opgraph demo: LeNet-like CNN, input float32({args.batch}, 1, {IMAGE}, {IMAGE}), device {dev}"
+          + (f" ({torch.get_num_threads()} threads)" if dev.kind == "cpu" else ""))
     weights = Weights.random(args.seed)
     image = torch.rand(args.batch, 1, IMAGE, IMAGE, generator=torch.Generator().manual_seed(args.seed + 1))
     with progress.step("building the graph"):
@@ -206,47 +239,61 @@ def run(args: argparse.Namespace) -> int:
     with progress.step(f"compiling for {dev}"):
         exe = g.compile({x: og.TensorType((args.batch, 1, IMAGE, IMAGE), og.float32)}, [y], device=dev)
     image = image.to(dev.torch)
-    local = weights.to(dev.torch)
-    reference = eager(local)
+    reference = eager(weights.to(dev.torch))
     with torch.inference_mode():
         with progress.step("first run"):
             (out,) = exe.run([image])
+            dev.synchronize()
         expected = reference(image)
-    dev.synchronize()
-
     print()
     print(exe.summary())
     print()
+    print(op_table(exe))
+    print()
+    agree = compare(out, expected, dev)
+
+    fns = {"opgraph exe.run": lambda: exe.run([image]), "eager PyTorch": lambda: reference(image)}
+    with torch.inference_mode():
+        for _ in range(args.warmup):
+            for fn in fns.values():
+                fn()
+        with progress.step(f"timing ({args.iters} runs each, interleaved)"):
+            timings = measure(fns, args.iters, dev, progress, args.max_seconds)
+    runs = len(timings[0].host)
+    print()
+    stopped = f" (stopped at the {args.max_seconds:g} s limit)" if runs < args.iters else ""
+    print(f"time per run on {dev}, batch {args.batch}: {runs} runs each{stopped} after {args.warmup} warm-up, "
+          f"interleaved; host clock with the device synchronised around each run"
+          + ("; GPU time from CUDA events" if dev.is_cuda else "") + ":")
+    print(timing_table(timings))
+    return 0 if agree else 1
+
+
+def op_table(exe: Any) -> str:
+    """The compiled ops, one row each: value, op, inputs, type, attributes."""
+    from opgraph.ir.printer import format_attrs
+
     rows = []
     for op in exe.program.graph.ops:
         outs = ", ".join(f"%{t.name}" for t in op.outputs)
         types = ", ".join(str(t.type) for t in op.outputs)
         ins = ", ".join(f"%{t.name}" for t in op.inputs)
-        rows.append([outs, op.op.name, ins or "-", types, format_attrs(op.attrs).strip(" {}") or "-"])
-    print(format_table(["value", "op", "inputs", "type", "attributes"], rows, align="<<<<<"))
-    print()
+        attrs = "" if op.op.name == "placeholder" else format_attrs(op.attrs).strip(" {}")  # the type says it
+        rows.append([outs, op.op.name, ins or "-", types, attrs or "-"])
+    return format_table(["value", "op", "inputs", "type", "attributes"], rows, align="<<<<<")
 
+
+def compare(out: Any, expected: Any, dev: Any) -> bool:
+    """Print how far opgraph's output is from eager PyTorch's; True when within tolerance."""
+    import torch
+
+    if out.shape != expected.shape:
+        print(f"outputs DIFFER: opgraph gave shape {tuple(out.shape)}, eager PyTorch {tuple(expected.shape)}")
+        return False
     diff = (out.double() - expected.double()).abs().max().item() if out.numel() else 0.0
-    tol = 1e-5 if dev.kind == "cpu" else 1e-3  # GPUs may use TF32 / other conv algorithms
-    agree = out.shape == expected.shape and diff <= tol
+    tol = 1e-5 if dev.kind == "cpu" else 1e-3  # GPUs may pick other conv algorithms (TF32 included)
+    agree = diff <= tol
+    sums = bool(torch.allclose(out.sum(-1), torch.ones((), device=out.device, dtype=out.dtype), atol=1e-4))
     print(f"outputs {'agree' if agree else 'DIFFER'}: max abs difference vs eager PyTorch {diff:.3g} "
-          f"(tolerance {tol:g}); output {tuple(out.shape)}, rows sum to 1: "
-          f"{bool(torch.allclose(out.sum(-1), torch.ones((), device=out.device), atol=1e-4))}")
-
-    timings: list[Timing] = []
-    with torch.inference_mode():
-        for name, fn in (("opgraph exe.run", lambda: exe.run([image])), ("eager PyTorch", lambda: reference(image))):
-            for _ in range(args.warmup):
-                fn()
-            with progress.step(f"timing {name} ({args.iters} runs)"):
-                timings.append(measure(name, fn, args.iters, dev, progress))
-
-    base = timings[1].median
-    clock = "CUDA events" if dev.is_cuda else "perf_counter"
-    rows = [[t.name, f"{t.median * 1e3:.3f}", f"{min(t.per_run) * 1e3:.3f}", f"{t.wall * 1e3:.3f}",
-             f"{base / t.median:.2f}x"] for t in timings]
-    print()
-    print(f"time per run on {dev}, batch {args.batch}, {args.iters} runs after {args.warmup} warm-up "
-          f"({clock}; wall = whole loop, synchronised):")
-    print(format_table(["", "median ms", "min ms", "wall ms/run", "speed vs eager"], rows, align="<>>>>"))
-    return 0 if agree else 1
+          f"(tolerance {tol:g}); output {tuple(out.shape)}, rows sum to 1: {sums}")
+    return agree

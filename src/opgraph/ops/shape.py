@@ -1,9 +1,697 @@
-"""Ops: reshape, transpose, expand_dims, squeeze, split, stack, concat, broadcast_to, tile, ...."""
+"""Shape and layout ops: reshape, transpose, expand_dims, squeeze, flatten (MPSGraph's flatten2D), split,
+stack, concat, broadcast_to, tile, shape_of, space_to_depth, depth_to_space.
+
+Movement ops lower to PyTorch views where PyTorch has one (reshape, permute, expand): they copy nothing.
+Dynamic (``None``) dims flow through every type rule; lowerings read such dims from the runtime tensor.
+"""
 
 from __future__ import annotations
 
-from ..ir.graph import GraphCore
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.dtype import int32
+from ..core.errors import AttributeValueError, ShapeError
+from ..core.shape import Dim, Shape, format_shape, normalize_axes, normalize_axis, numel
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Tensor
+from ._padding import TensorLayout
+from ._rules import expect_arity, same_dtype
+from .registry import FusionKind, LowerContext, OpDef, attrs
+
+INJECTIVE = FusionKind.INJECTIVE
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def merge_dims(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
+    """Two dims that must be equal; a dynamic one takes the other's value."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    raise ShapeError(f"{what} {a} and {b} differ")
+
+
+def _prod(dims: Sequence[Dim]) -> Dim:
+    return numel(tuple(dims))
+
+
+def check_ints(values: Sequence[Any], what: str, minimum: int | None = None) -> None:
+    """Attribute values must be Python ints (``>= minimum``); raises ``AttributeValueError``."""
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise AttributeValueError(f"{what} must be ints, got {tuple(values)!r}")
+        if minimum is not None and v < minimum:
+            raise AttributeValueError(f"{what} must be >= {minimum}, got {tuple(values)!r}")
+
+
+def _check_axes(axes: Sequence[int], rank: int, what: str = "axes") -> None:
+    """Attributes hold normalised axes; a hand-edited or corrupt file may not."""
+    check_ints(axes, what)
+    if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+        raise ShapeError(f"{what} {tuple(axes)} are not distinct axes of a rank-{rank} tensor")
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def int_tuple(values: Any, what: str) -> tuple[int, ...]:
+    """A tuple of Python ints from one int or a sequence of ints (NumPy ints too)."""
+    if is_int(values):
+        return (int(values),)
+    try:
+        out = tuple(int(v) if is_int(v) else v for v in values)
+    except TypeError:
+        raise AttributeValueError(f"{what} must be an int or a sequence of ints, got {values!r}") from None
+    check_ints(out, what)
+    return out
+
+
+def _with_op(op: str, fn: Callable[[], Any]) -> Any:
+    """Run a builder-side normalisation, naming the op in the error it raises."""
+    try:
+        return fn()
+    except (ShapeError, AttributeValueError) as e:
+        raise type(e)(f"{op}: {e}") from None
+
+
+# ---- reshape ---------------------------------------------------------------------------------
+@attrs
+class ReshapeAttrs:
+    shape: tuple[int, ...]  # one entry may be -1: inferred from the element count
+
+
+def _reshape_rule(a: ReshapeAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    check_ints(a.shape, "shape", minimum=-1)
+    if a.shape.count(-1) > 1:
+        raise AttributeValueError(f"shape {a.shape} has more than one -1")
+    x = ins[0].shape
+    known = math.prod(d for d in a.shape if d != -1)
+    n = numel(x)
+    static_part = math.prod(d for d in x if d is not None)
+    if -1 not in a.shape:
+        if (n is not None and n != known) or (n is None and static_part and known % static_part):
+            raise ShapeError(f"cannot reshape {format_shape(x)} to {format_shape(a.shape)}: "
+                             f"element counts differ")
+        return TensorType(a.shape, ins[0].dtype)
+    if n is None:
+        return TensorType(tuple(None if d == -1 else d for d in a.shape), ins[0].dtype)
+    if known == 0 or n % known:
+        raise ShapeError(f"cannot reshape {format_shape(x)} ({n} elements) to {format_shape(a.shape)}")
+    return TensorType(tuple(n // known if d == -1 else d for d in a.shape), ins[0].dtype)
+
+
+def _reshape_lower(ctx: LowerContext) -> Callable[..., Any]:
+    out = ctx.out_types[0]
+    shape = out.shape if out.is_static else ctx.attrs.shape
+    return lambda x: x.reshape(shape)
+
+
+RESHAPE = OpDef("reshape", infer=_reshape_rule, lower=_reshape_lower, attrs=ReshapeAttrs, fusion=INJECTIVE,
+                doc="the same elements (row-major order) in a new shape; one dim may be -1")
+
+
+# ---- transpose -------------------------------------------------------------------------------
+@attrs
+class TransposeAttrs:
+    perm: tuple[int, ...]
+
+
+def _transpose_rule(a: TransposeAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    check_ints(a.perm, "perm")
+    if sorted(a.perm) != list(range(x.rank)):
+        raise ShapeError(f"perm {a.perm} is not a permutation of the {x.rank} axes")
+    return TensorType(tuple(x.shape[p] for p in a.perm), x.dtype)
+
+
+def _transpose_lower(ctx: LowerContext) -> Callable[..., Any]:
+    perm = ctx.attrs.perm
+    return lambda x: x.permute(perm)
+
+
+TRANSPOSE = OpDef("transpose", infer=_transpose_rule, lower=_transpose_lower, attrs=TransposeAttrs,
+                  fusion=INJECTIVE, doc="result axis i is input axis perm[i]")
+
+
+# ---- expand_dims / squeeze -------------------------------------------------------------------
+@attrs
+class AxesAttrs:
+    axes: tuple[int, ...]  # sorted, non-negative
+
+
+def _expand_dims_rule(a: AxesAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    rank = ins[0].rank + len(a.axes)
+    _check_axes(a.axes, rank)
+    dims = iter(ins[0].shape)
+    return TensorType(tuple(1 if i in a.axes else next(dims) for i in range(rank)), ins[0].dtype)
+
+
+def _expand_dims_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axes = sorted(ctx.attrs.axes)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        for ax in axes:
+            x = x.unsqueeze(ax)
+        return x
+
+    return fn
+
+
+EXPAND_DIMS = OpDef("expand_dims", infer=_expand_dims_rule, lower=_expand_dims_lower, attrs=AxesAttrs,
+                    fusion=INJECTIVE, doc="insert size-1 axes at the given result positions")
+
+
+def _squeeze_rule(a: AxesAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    _check_axes(a.axes, x.rank)
+    for ax in a.axes:
+        if x.shape[ax] not in (1, None):
+            raise ShapeError(f"cannot squeeze axis {ax} of size {x.shape[ax]}")
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i not in a.axes), x.dtype)
+
+
+def _squeeze_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axes = set(ctx.attrs.axes)
+    out = ctx.out_types[0]
+    if out.is_static:
+        return lambda x: x.reshape(out.shape)
+    # reshape, not torch.squeeze: a dynamic dim that is not 1 at run time must fail, not be kept
+    return lambda x: x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+
+
+SQUEEZE = OpDef("squeeze", infer=_squeeze_rule, lower=_squeeze_lower, attrs=AxesAttrs, fusion=INJECTIVE,
+                doc="remove size-1 axes")
+
+
+# ---- flatten2d -------------------------------------------------------------------------------
+@attrs
+class FlattenAttrs:
+    axis: int  # in [0, rank]
+
+
+def _flatten_rule(a: FlattenAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    check_ints((a.axis,), "axis")
+    if not 0 <= a.axis <= x.rank:
+        raise ShapeError(f"axis {a.axis} is out of range [0, {x.rank}]")
+    return TensorType((_prod(x.shape[:a.axis]), _prod(x.shape[a.axis:])), x.dtype)
+
+
+def _flatten_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis = ctx.attrs.axis
+    return lambda x: x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+FLATTEN2D = OpDef("flatten2d", infer=_flatten_rule, lower=_flatten_lower, attrs=FlattenAttrs, fusion=INJECTIVE,
+                  doc="rank-2 result: (prod(dims[:axis]), prod(dims[axis:]))")
+
+
+# ---- split / stack / concat ------------------------------------------------------------------
+@attrs
+class SplitAttrs:
+    axis: int
+    num_splits: int | None = None  # equal parts; the axis must divide evenly
+    split_sizes: tuple[int, ...] | None = None
+
+
+def _split_rule(a: SplitAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    expect_arity(ins, 1)
+    x = ins[0]
+    _check_axes((a.axis,), x.rank, "axis")
+    d = x.shape[a.axis]
+    if (a.num_splits is None) == (a.split_sizes is None):
+        raise AttributeValueError("give exactly one of num_splits and split_sizes")
+    if a.num_splits is not None:
+        check_ints((a.num_splits,), "num_splits", minimum=1)
+        if d is not None and d % a.num_splits:
+            raise ShapeError(f"axis {a.axis} of size {d} does not split into {a.num_splits} equal parts")
+        sizes: list[Dim] = [None if d is None else d // a.num_splits] * a.num_splits
+    else:
+        assert a.split_sizes is not None
+        check_ints(a.split_sizes, "split_sizes", minimum=0)
+        if not a.split_sizes:
+            raise AttributeValueError("split_sizes is empty")
+        if d is not None and sum(a.split_sizes) != d:
+            raise ShapeError(f"split_sizes {a.split_sizes} sum to {sum(a.split_sizes)}, "
+                             f"not to the size {d} of axis {a.axis}")
+        sizes = list(a.split_sizes)
+    return tuple(TensorType(x.shape[:a.axis] + (s,) + x.shape[a.axis + 1:], x.dtype) for s in sizes)
+
+
+def _split_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: SplitAttrs = ctx.attrs
+    one = len(ctx.out_types) == 1  # codegen binds a single output directly, not as a tuple
+    if a.split_sizes is not None:
+        sizes = list(a.split_sizes)
+        return (lambda x: x) if one else (lambda x: torch.split(x, sizes, dim=a.axis))
+    n = int(a.num_splits or 1)
+
+    def fn(x: torch.Tensor) -> Any:
+        if x.shape[a.axis] % n:  # only reachable when compiled with a dynamic dim
+            raise ValueError(f"axis {a.axis} of size {x.shape[a.axis]} does not split into {n} equal parts")
+        return x if one else torch.tensor_split(x, n, dim=a.axis)
+
+    return fn
+
+
+SPLIT = OpDef("split", infer=_split_rule, lower=_split_lower, attrs=SplitAttrs, fusion=INJECTIVE,
+              doc="cut along an axis into equal parts or parts of given sizes (several outputs)")
+
+
+@attrs
+class AxisAttrs:
+    axis: int
+
+
+def _joined_dims(ins: tuple[TensorType, ...], skip: int | None) -> list[Dim]:
+    """Dims shared by all inputs (``skip``: an axis that may differ); dynamic dims take static ones."""
+    if not ins:
+        raise ShapeError("needs at least one input")
+    same_dtype(ins)
+    rank = ins[0].rank
+    if any(t.rank != rank for t in ins):
+        raise ShapeError(f"inputs must have one rank, got ranks {[t.rank for t in ins]}")
+    dims = list(ins[0].shape)
+    for t in ins[1:]:
+        for i, d in enumerate(t.shape):
+            if i != skip:
+                dims[i] = merge_dims(dims[i], d, f"inputs' sizes along axis {i}:")
+    return dims
+
+
+def _stack_rule(a: AxisAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    dims = _joined_dims(ins, None)
+    _check_axes((a.axis,), len(dims) + 1, "axis")
+    return TensorType(tuple(dims[:a.axis]) + (len(ins),) + tuple(dims[a.axis:]), ins[0].dtype)
+
+
+def _concat_rule(a: AxisAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    dims = _joined_dims(ins, a.axis)
+    _check_axes((a.axis,), len(dims), "axis")
+    parts = [t.shape[a.axis] for t in ins]
+    dims[a.axis] = None if None in parts else sum(p for p in parts if p is not None)
+    return TensorType(tuple(dims), ins[0].dtype)
+
+
+def _stack_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis = ctx.attrs.axis
+    return lambda *xs: torch.stack(xs, dim=axis)
+
+
+def _concat_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis = ctx.attrs.axis
+    return lambda *xs: torch.cat(xs, dim=axis)
+
+
+STACK = OpDef("stack", infer=_stack_rule, lower=_stack_lower, attrs=AxisAttrs, fusion=INJECTIVE,
+              doc="join tensors of one shape along a new axis")
+CONCAT = OpDef("concat", infer=_concat_rule, lower=_concat_lower, attrs=AxisAttrs, fusion=INJECTIVE,
+               doc="join tensors along an existing axis (MPSGraph's concatTensors)")
+
+
+# ---- broadcast_to / tile ---------------------------------------------------------------------
+@attrs
+class BroadcastAttrs:
+    shape: tuple[int, ...]
+
+
+def _broadcast_rule(a: BroadcastAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0].shape
+    check_ints(a.shape, "shape", minimum=0)
+    if len(x) > len(a.shape):
+        raise ShapeError(f"cannot broadcast rank {len(x)} to the shorter shape {format_shape(a.shape)}")
+    for d, t in zip(x, a.shape[len(a.shape) - len(x):], strict=True):
+        if d not in (None, 1, t):
+            raise ShapeError(f"cannot broadcast {format_shape(x)} to {format_shape(a.shape)}")
+    return TensorType(a.shape, ins[0].dtype)
+
+
+def _broadcast_lower(ctx: LowerContext) -> Callable[..., Any]:
+    shape = ctx.attrs.shape
+    return lambda x: x.expand(shape)
+
+
+BROADCAST_TO = OpDef("broadcast_to", infer=_broadcast_rule, lower=_broadcast_lower, attrs=BroadcastAttrs,
+                     fusion=INJECTIVE, doc="NumPy broadcast to a given shape (MPSGraph's broadcast)")
+
+
+@attrs
+class TileAttrs:
+    multiples: tuple[int, ...]
+
+
+def _tile_rule(a: TileAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    check_ints(a.multiples, "multiples", minimum=0)
+    if len(a.multiples) != x.rank:
+        raise ShapeError(f"multiples {a.multiples} must have one entry per axis (rank {x.rank})")
+    return TensorType(tuple(None if d is None else d * m for d, m in zip(x.shape, a.multiples, strict=True)),
+                      x.dtype)
+
+
+def _tile_lower(ctx: LowerContext) -> Callable[..., Any]:
+    multiples = ctx.attrs.multiples
+    return lambda x: x.repeat(multiples)
+
+
+TILE = OpDef("tile", infer=_tile_rule, lower=_tile_lower, attrs=TileAttrs, fusion=INJECTIVE,
+             doc="repeat the whole tensor multiples[i] times along axis i")
+
+
+# ---- shape_of --------------------------------------------------------------------------------
+def _shape_of_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    return TensorType((ins[0].rank,), int32)
+
+
+def _shape_of_lower(ctx: LowerContext) -> Callable[..., Any]:
+    x = ctx.in_types[0]
+    if x.is_static:
+        value = torch.tensor(x.shape, dtype=torch.int32, device=ctx.device).reshape(x.rank)
+        return lambda _: value.clone()
+    return lambda t: torch.tensor(t.shape, dtype=torch.int32, device=t.device).reshape(t.dim())
+
+
+SHAPE_OF = OpDef("shape_of", infer=_shape_of_rule, lower=_shape_of_lower, fusion=FusionKind.OPAQUE,
+                 differentiable=False, doc="the input's shape as a 1-D int32 tensor")
+
+
+# ---- space_to_depth / depth_to_space ---------------------------------------------------------
+_LAYOUTS_2D = (TensorLayout.NCHW, TensorLayout.NHWC)
+
+
+@attrs
+class SpaceToDepthAttrs:
+    block_size: int
+    data_layout: TensorLayout = TensorLayout.NCHW
+    pixel_shuffle: bool = False  # depth index c*b*b + dy*b + dx (PyTorch's pixel_(un)shuffle) instead of DCR
+
+
+def _s2d_rule(inverse: bool) -> Callable[[SpaceToDepthAttrs, tuple[TensorType, ...]], TensorType]:
+    def rule(a: SpaceToDepthAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+        expect_arity(ins, 1)
+        x = ins[0]
+        if a.data_layout not in _LAYOUTS_2D:
+            raise AttributeValueError(f"data_layout must be TensorLayout.NCHW or NHWC, got {a.data_layout!r}")
+        check_ints((a.block_size,), "block_size", minimum=1)
+        if x.rank != 4:
+            raise ShapeError(f"expects a rank-4 {a.data_layout.value} tensor, got rank {x.rank}")
+        b = a.block_size
+        n, c, h, w = _nchw(x.shape, a.data_layout)
+        if inverse:
+            if c is not None and c % (b * b):
+                raise ShapeError(f"depth {c} is not divisible by block_size**2 = {b * b}")
+            out = (n, None if c is None else c // (b * b), None if h is None else h * b,
+                   None if w is None else w * b)
+        else:
+            for what, d in (("height", h), ("width", w)):
+                if d is not None and d % b:
+                    raise ShapeError(f"{what} {d} is not divisible by block_size {b}")
+            out = (n, None if c is None else c * b * b, None if h is None else h // b,
+                   None if w is None else w // b)
+        return TensorType(_from_nchw(out, a.data_layout), x.dtype)
+
+    return rule
+
+
+def _nchw(shape: Shape, layout: TensorLayout) -> Shape:
+    return shape if layout is TensorLayout.NCHW else (shape[0], shape[3], shape[1], shape[2])
+
+
+def _from_nchw(shape: Shape, layout: TensorLayout) -> Shape:
+    return shape if layout is TensorLayout.NCHW else (shape[0], shape[2], shape[3], shape[1])
+
+
+def _space_to_depth_lower(ctx: LowerContext) -> Callable[..., Any]:
+    b, layout, shuffle = ctx.attrs.block_size, ctx.attrs.data_layout, ctx.attrs.pixel_shuffle
+    # block axes (dy, dx) land before the channel axis (DCR) or after it (pixel shuffle)
+    if layout is TensorLayout.NCHW:
+        perm = (0, 1, 3, 5, 2, 4) if shuffle else (0, 3, 5, 1, 2, 4)
+    else:
+        perm = (0, 1, 3, 5, 2, 4) if shuffle else (0, 1, 3, 2, 4, 5)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if layout is TensorLayout.NCHW:
+            n, c, h, w = x.shape
+            y = x.reshape(n, c, h // b, b, w // b, b).permute(perm)
+            return y.reshape(n, c * b * b, h // b, w // b)
+        n, h, w, c = x.shape
+        y = x.reshape(n, h // b, b, w // b, b, c).permute(perm)
+        return y.reshape(n, h // b, w // b, c * b * b)
+
+    return fn
+
+
+def _depth_to_space_lower(ctx: LowerContext) -> Callable[..., Any]:
+    b, layout, shuffle = ctx.attrs.block_size, ctx.attrs.data_layout, ctx.attrs.pixel_shuffle
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if layout is TensorLayout.NCHW:
+            n, c, h, w = x.shape
+            if shuffle:
+                y = x.reshape(n, c // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+            else:
+                y = x.reshape(n, b, b, c // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+            return y.reshape(n, c // (b * b), h * b, w * b)
+        n, h, w, c = x.shape
+        if shuffle:
+            y = x.reshape(n, h, w, c // (b * b), b, b).permute(0, 1, 4, 2, 5, 3)
+        else:
+            y = x.reshape(n, h, w, b, b, c // (b * b)).permute(0, 1, 3, 2, 4, 5)
+        return y.reshape(n, h * b, w * b, c // (b * b))
+
+    return fn
+
+
+SPACE_TO_DEPTH = OpDef("space_to_depth", infer=_s2d_rule(False), lower=_space_to_depth_lower,
+                       attrs=SpaceToDepthAttrs, fusion=INJECTIVE,
+                       doc="move block_size x block_size spatial blocks into the depth axis")
+DEPTH_TO_SPACE = OpDef("depth_to_space", infer=_s2d_rule(True), lower=_depth_to_space_lower,
+                       attrs=SpaceToDepthAttrs, fusion=INJECTIVE,
+                       doc="inverse of space_to_depth: depth blocks back to spatial positions")
+
+
+# ---- builder methods -------------------------------------------------------------------------
+def _one_of(op: str, axis: Any, axes: Any) -> Any:
+    if axis is not None and axes is not None:
+        raise AttributeValueError(f"{op}: give axis or axes, not both")
+    return axes if axes is not None else axis
+
+
+def as_data_layout(value: object) -> TensorLayout:
+    """``og.TensorLayout.NCHW`` or ``NHWC`` from itself or its name."""
+    if isinstance(value, str) and value.upper() in TensorLayout.__members__:
+        value = TensorLayout[value.upper()]
+    if value in _LAYOUTS_2D:
+        return value
+    raise AttributeValueError(f"unknown data layout {value!r} for a 2-D image; expects NCHW or NHWC")
 
 
 class ShapeBuilders(GraphCore):
-    """Graph methods for reshape, transpose, expand_dims, squeeze, split, stack, concat, broadcast_to, tile, ...."""
+    """Graph methods for reshape, transpose, expand_dims, squeeze, flatten, split, stack, concat,
+    broadcast_to, tile, shape_of, space_to_depth and depth_to_space."""
+
+    def reshape(self, x: Tensor, shape: Sequence[int] | int, *, name: str | None = None) -> Tensor:
+        """``x``'s elements in row-major order with a new ``shape``; one entry may be -1 (inferred).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((None, 6), og.float32)
+        >>> g.reshape(x, (-1, 2, 3)).shape
+        (None, 2, 3)
+        """
+        shape_t = _with_op("reshape", lambda: int_tuple(shape, "shape"))
+        return self._apply(RESHAPE, [self._as_tensor(x)], ReshapeAttrs(shape_t), name)
+
+    def transpose(self, x: Tensor, perm: Sequence[int] | None = None, *, name: str | None = None) -> Tensor:
+        """Permute axes: result axis ``i`` is ``x``'s axis ``perm[i]``; no ``perm`` reverses the axes.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.transpose(g.placeholder((2, 3, 4)), (2, 0, 1)).shape
+        (4, 2, 3)
+        """
+        x = self._as_tensor(x)
+        if perm is None:
+            perm_t = tuple(range(x.rank))[::-1]
+        else:
+            perm_t = _with_op("transpose", lambda: tuple(
+                normalize_axis(p, x.rank, "perm entry") for p in int_tuple(perm, "perm")))
+        return self._apply(TRANSPOSE, [x], TransposeAttrs(perm_t), name)
+
+    def expand_dims(self, x: Tensor, axis: int | Sequence[int] | None = None, *,
+                    axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
+        """Insert size-1 axes; ``axis``/``axes`` are positions in the result (negative from the end).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.expand_dims(g.placeholder((2, 3)), axes=(0, -1)).shape
+        (1, 2, 3, 1)
+        """
+        x = self._as_tensor(x)
+        chosen = _one_of("expand_dims", axis, axes)
+        if chosen is None:
+            raise AttributeValueError("expand_dims: give axis or axes")
+
+        def norm() -> tuple[int, ...]:
+            given = int_tuple(chosen, "axes")
+            return normalize_axes(given, x.rank + len(given))
+
+        return self._apply(EXPAND_DIMS, [x], AxesAttrs(_with_op("expand_dims", norm)), name)
+
+    def squeeze(self, x: Tensor, axis: int | Sequence[int] | None = None, *,
+                axes: Sequence[int] | None = None, name: str | None = None) -> Tensor:
+        """Remove size-1 axes: the given ones, or (none given) every axis of static size 1.
+
+        Dynamic axes are kept unless named. Squeezing an axis whose size is not 1 raises ``ShapeError``.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.squeeze(g.placeholder((1, 3, 1))).shape
+        (3,)
+        """
+        x = self._as_tensor(x)
+        chosen = _one_of("squeeze", axis, axes)
+        if chosen is None:
+            axes_t = tuple(i for i, d in enumerate(x.shape) if d == 1)
+        else:
+            axes_t = _with_op("squeeze", lambda: normalize_axes(int_tuple(chosen, "axes"), x.rank))
+        return self._apply(SQUEEZE, [x], AxesAttrs(axes_t), name)
+
+    def flatten(self, x: Tensor, axis: int = 1, *, name: str | None = None) -> Tensor:
+        """MPSGraph's flatten2D: a rank-2 result ``(prod(shape[:axis]), prod(shape[axis:]))``.
+
+        ``axis`` may be 0 to rank (negative counts from the end).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.flatten(g.placeholder((2, 3, 4))).shape
+        (2, 12)
+        """
+        x = self._as_tensor(x)
+
+        def norm() -> int:
+            check_ints((axis,), "axis")
+            if not -x.rank <= axis <= x.rank:
+                raise ShapeError(f"axis {axis} is out of range [{-x.rank}, {x.rank}]")
+            return axis + x.rank if axis < 0 else axis
+
+        return self._apply(FLATTEN2D, [x], FlattenAttrs(_with_op("flatten", norm)), name)
+
+    flatten2d = flatten
+
+    def split(self, x: Tensor, num_splits: int | None = None, split_sizes: Sequence[int] | None = None,
+              axis: int = 0, *, name: str | None = None) -> list[Tensor]:
+        """Cut ``x`` along ``axis`` into ``num_splits`` equal parts or parts of ``split_sizes``.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((6, 2))
+        >>> [t.shape for t in g.split(x, split_sizes=(1, 5))]
+        [(1, 2), (5, 2)]
+        """
+        x = self._as_tensor(x)
+        ax = _with_op("split", lambda: normalize_axis(axis, x.rank))
+        sizes = None if split_sizes is None else _with_op("split", lambda: int_tuple(split_sizes, "split_sizes"))
+        return list(self._apply_multi(SPLIT, [x], SplitAttrs(ax, num_splits, sizes), name))
+
+    def stack(self, tensors: Sequence[Tensor], axis: int = 0, *, name: str | None = None) -> Tensor:
+        """Join tensors of one shape and dtype along a new axis ``axis``.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((2, 3))
+        >>> g.stack([x, x, x], axis=-1).shape
+        (2, 3, 3)
+        """
+        ts = self._tensor_list("stack", tensors)
+        ax = _with_op("stack", lambda: normalize_axis(axis, ts[0].rank + 1))
+        return self._apply(STACK, ts, AxisAttrs(ax), name)
+
+    def concat(self, tensors: Sequence[Tensor], axis: int = 0, *, name: str | None = None) -> Tensor:
+        """Join tensors of one rank and dtype along the existing axis ``axis`` (MPSGraph's concatTensors).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.concat([g.placeholder((2, 3)), g.placeholder((2, 5))], axis=1).shape
+        (2, 8)
+        """
+        ts = self._tensor_list("concat", tensors)
+        if ts[0].rank == 0:
+            raise ShapeError("concat: cannot concatenate rank-0 tensors (use stack)")
+        ax = _with_op("concat", lambda: normalize_axis(axis, ts[0].rank))
+        return self._apply(CONCAT, ts, AxisAttrs(ax), name)
+
+    def _tensor_list(self, op: str, tensors: Sequence[Any]) -> list[Tensor]:
+        if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
+            raise ShapeError(f"{op}: expects a non-empty list of tensors, got {tensors!r}")
+        return [self._as_tensor(t) for t in tensors]
+
+    def broadcast_to(self, x: Tensor, shape: Sequence[int], *, name: str | None = None) -> Tensor:
+        """``x`` broadcast (NumPy rules) to ``shape`` (MPSGraph's broadcast).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.broadcast_to(g.placeholder((3, 1)), (2, 3, 4)).shape
+        (2, 3, 4)
+        """
+        shape_t = _with_op("broadcast_to", lambda: int_tuple(shape, "shape"))
+        return self._apply(BROADCAST_TO, [self._as_tensor(x)], BroadcastAttrs(shape_t), name)
+
+    def tile(self, x: Tensor, multiples: Sequence[int], *, name: str | None = None) -> Tensor:
+        """Repeat ``x`` ``multiples[i]`` times along each axis ``i``.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((2,), og.int32)
+        >>> g.run({x: [1, 2]}, [g.tile(x, (3,))])[0].tolist()
+        [1, 2, 1, 2, 1, 2]
+        """
+        mult = _with_op("tile", lambda: int_tuple(multiples, "multiples"))
+        return self._apply(TILE, [self._as_tensor(x)], TileAttrs(mult), name)
+
+    def shape_of(self, x: Tensor, *, name: str | None = None) -> Tensor:
+        """``x``'s shape as a 1-D int32 tensor (dynamic dims are read at run time).
+
+        >>> import opgraph as og, torch
+        >>> g = og.Graph(); x = g.placeholder((None, 3))
+        >>> g.run({x: torch.zeros(5, 3)}, [g.shape_of(x)])[0].tolist()
+        [5, 3]
+        """
+        return self._apply(SHAPE_OF, [self._as_tensor(x)], None, name)
+
+    def space_to_depth(self, x: Tensor, block_size: int, data_layout: object = TensorLayout.NCHW, *,
+                       pixel_shuffle: bool = False, name: str | None = None) -> Tensor:
+        """Move ``block_size``-square spatial blocks into depth (MPSGraph's spaceToDepth2D), rank 4.
+
+        Depth order is DCR, as TensorFlow and ONNX: output channel ``(dy * b + dx) * C + c``;
+        ``pixel_shuffle=True`` gives ``c * b * b + dy * b + dx`` (PyTorch's pixel_unshuffle).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.space_to_depth(g.placeholder((1, 3, 4, 6)), 2).shape
+        (1, 12, 2, 3)
+        """
+        a = SpaceToDepthAttrs(block_size, as_data_layout(data_layout), bool(pixel_shuffle))
+        return self._apply(SPACE_TO_DEPTH, [self._as_tensor(x)], a, name)
+
+    def depth_to_space(self, x: Tensor, block_size: int, data_layout: object = TensorLayout.NCHW, *,
+                       pixel_shuffle: bool = False, name: str | None = None) -> Tensor:
+        """Inverse of :meth:`space_to_depth` (MPSGraph's depthToSpace2D): DCR order unless
+        ``pixel_shuffle=True`` (then PyTorch's pixel_shuffle).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); g.depth_to_space(g.placeholder((1, 2, 2, 12)), 2, "NHWC").shape
+        (1, 4, 4, 3)
+        """
+        a = SpaceToDepthAttrs(block_size, as_data_layout(data_layout), bool(pixel_shuffle))
+        return self._apply(DEPTH_TO_SPACE, [self._as_tensor(x)], a, name)
+
+
+__all__ = [
+    "BROADCAST_TO", "CONCAT", "DEPTH_TO_SPACE", "EXPAND_DIMS", "FLATTEN2D", "RESHAPE", "SHAPE_OF",
+    "SPACE_TO_DEPTH", "SPLIT", "SQUEEZE", "STACK", "TILE", "TRANSPOSE", "ShapeBuilders",
+    "as_data_layout", "check_ints", "int_tuple", "is_int", "merge_dims",
+]
