@@ -38,6 +38,13 @@ from .core.errors import (
 from .core.types import TensorType
 from .graph import Graph
 from .ir.graph import Operation, Tensor
+from .ops._padding import PaddingStyle, TensorLayout, WeightsLayout
+from .ops.activation import GeluApproximation
+from .ops.conv import Conv2dDescriptor, Conv3dDescriptor, DepthwiseConv2dDescriptor
+from .ops.gather import ScatterMode
+from .ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor
+from .ops.resize import ResizeMode, ResizeNearestRoundingMode
+from .ops.slicing import PaddingMode
 from .runtime.compile import CompilationDescriptor
 from .runtime.device import Device, device
 from .runtime.executable import Executable
@@ -46,7 +53,10 @@ bool = bool_  # MPSGraph spells it ``bool``; ``og.bool_`` also works
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttributeValueError", "CompilationDescriptor", "DType", "DTypeError", "Device", "DeviceError",
+    "AttributeValueError", "CompilationDescriptor", "Conv2dDescriptor", "Conv3dDescriptor",
+    "DepthwiseConv2dDescriptor", "GeluApproximation", "PaddingMode", "PaddingStyle", "Pooling2dDescriptor",
+    "Pooling4dDescriptor", "ResizeMode", "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout",
+    "WeightsLayout", "DType", "DTypeError", "Device", "DeviceError",
     "ExecutionError", "Executable", "FeedError", "Graph", "GraphError", "Operation", "OpgraphError",
     "SerializationError", "ShapeError", "Tensor", "TensorType", "VerificationError", "__version__",
     "bfloat16", "bool", "bool_", "complex64", "complex128", "device", "float16", "float32", "float64",

@@ -111,16 +111,12 @@ def build_graph(weights: Weights, batch: int) -> tuple[Any, Any, Any]:
 
 
 def _descriptors() -> tuple[Any, Any]:
-    """NCHW/OIHW conv and 2x2/stride-2 pooling descriptors (``og.*`` once exported, else the op modules)."""
+    """NCHW/OIHW conv and 2x2/stride-2 pooling descriptors."""
     import opgraph as og
-    from opgraph.ops import conv, pooling
 
-    conv_cls = getattr(og, "Conv2dDescriptor", conv.Conv2dDescriptor)
-    pool_cls = getattr(og, "Pooling2dDescriptor", pooling.Pooling2dDescriptor)
-    layout = getattr(og, "TensorLayout", conv.TensorLayout)
-    weights_layout = getattr(og, "WeightsLayout", conv.WeightsLayout)
-    return (conv_cls(data_layout=layout.NCHW, weights_layout=weights_layout.OIHW),
-            pool_cls(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2, data_layout=layout.NCHW))
+    return (og.Conv2dDescriptor(data_layout=og.TensorLayout.NCHW, weights_layout=og.WeightsLayout.OIHW),
+            og.Pooling2dDescriptor(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2,
+                                   data_layout=og.TensorLayout.NCHW))
 
 
 def eager(weights: Weights) -> Callable[[Any], Any]:

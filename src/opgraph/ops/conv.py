@@ -86,8 +86,8 @@ def _check_conv_fields(d: Any, n: int, layouts: Sequence[TensorLayout], weights:
 class Conv2dDescriptor(_AxisSpellings):
     """MPSGraph's ``MPSGraphConvolution2DOpDescriptor``; ``strides``/``dilation_rates`` are (y, x).
 
-    >>> from opgraph.ops.conv import Conv2dDescriptor
-    >>> Conv2dDescriptor(strides=(2, 1)).stride_in_y
+    >>> import opgraph as og
+    >>> og.Conv2dDescriptor(strides=(2, 1)).stride_in_y
     2
     """
 
@@ -436,9 +436,8 @@ class ConvBuilders(GraphCore):
         """2-D convolution (MPSGraph ``convolution2D``); weights in ``descriptor.weights_layout``.
 
         >>> import opgraph as og, torch
-        >>> from opgraph.ops.conv import Conv2dDescriptor, PaddingStyle
         >>> g = og.Graph(); x = g.placeholder((1, 1, 3, 3)); w = g.placeholder((1, 1, 2, 2))
-        >>> y = g.conv2d(x, w, Conv2dDescriptor(padding_style=PaddingStyle.TF_SAME))
+        >>> y = g.conv2d(x, w, og.Conv2dDescriptor(padding_style=og.PaddingStyle.TF_SAME))
         >>> g.run({x: torch.ones(1, 1, 3, 3), w: torch.ones(1, 1, 2, 2)}, [y])[0][0, 0].tolist()
         [[4.0, 4.0, 2.0], [4.0, 4.0, 2.0], [2.0, 2.0, 1.0]]
         """

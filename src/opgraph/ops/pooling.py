@@ -98,8 +98,8 @@ class Pooling4dDescriptor:
 
     ``padding_values`` holds 8 ints: before and after for each of the 4 dims, slowest dim first.
 
-    >>> from opgraph.ops.pooling import Pooling4dDescriptor
-    >>> Pooling4dDescriptor((1, 1, 2, 2), strides=(1, 1, 2, 2)).padding_pairs
+    >>> import opgraph as og
+    >>> og.Pooling4dDescriptor((1, 1, 2, 2), strides=(1, 1, 2, 2)).padding_pairs
     ((0, 0), (0, 0), (0, 0), (0, 0))
     """
 
@@ -286,9 +286,8 @@ class PoolingBuilders(GraphCore):
         """Max pooling over H and W (MPSGraph ``maxPooling2D``).
 
         >>> import opgraph as og, torch
-        >>> from opgraph.ops.pooling import Pooling2dDescriptor
         >>> g = og.Graph(); x = g.placeholder((1, 1, 2, 4))
-        >>> y = g.max_pool2d(x, Pooling2dDescriptor(2, 2, stride_in_x=2, stride_in_y=2))
+        >>> y = g.max_pool2d(x, og.Pooling2dDescriptor(2, 2, stride_in_x=2, stride_in_y=2))
         >>> g.run({x: torch.arange(8.0).reshape(1, 1, 2, 4)}, [y])[0].tolist()
         [[[[5.0, 7.0]]]]
         """

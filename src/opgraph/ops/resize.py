@@ -248,9 +248,8 @@ class ResizeBuilders(GraphCore):
         ``nearest_rounding_mode`` applies to ``ResizeMode.NEAREST`` only.
 
         >>> import opgraph as og
-        >>> from opgraph.ops.resize import ResizeMode
         >>> g = og.Graph(); x = g.placeholder((1, 1, 1, 2), og.float32)
-        >>> g.run({x: [[[[1.0, 3.0]]]]}, [g.resize(x, (1, 4), ResizeMode.BILINEAR)])[0].tolist()
+        >>> g.run({x: [[[[1.0, 3.0]]]]}, [g.resize(x, (1, 4), og.ResizeMode.BILINEAR)])[0].tolist()
         [[[[1.0, 1.5, 2.5, 3.0]]]]
         """
         if mode is ResizeMode.NEAREST:

@@ -53,9 +53,22 @@ class Executable:
         self._fn = self._generated.fn
         self._checks = [(ty.dtype.torch_dtype, ty.shape) for ty in self.input_types]
         self._torch_device = device.torch
+        # fast path: exact static sizes, compared as torch.Size (None: a dynamic dim, take the slow path)
+        self._fast = [(dt, torch.Size(shape) if all(d is not None for d in shape) else None)  # type: ignore[arg-type]
+                      for dt, shape in self._checks]
 
     # ---- running ---------------------------------------------------------------------------
-    def _prepare(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
+    def _prepare(self, inputs: Sequence[Any]) -> Sequence[torch.Tensor]:
+        if len(inputs) == len(self._fast):
+            dev = self._torch_device
+            for v, (dt, size) in zip(inputs, self._fast):  # noqa: B905 (lengths checked; hot path)
+                if type(v) is not torch.Tensor or v.dtype is not dt or v.shape != size or v.device != dev:
+                    break
+            else:
+                return inputs
+        return self._prepare_checked(inputs)
+
+    def _prepare_checked(self, inputs: Sequence[Any]) -> list[torch.Tensor]:
         if len(inputs) != len(self._checks):
             raise FeedError(f"executable takes {len(self._checks)} inputs "
                             f"({', '.join('%' + t.name for t in self.feed_tensors)}), got {len(inputs)}")

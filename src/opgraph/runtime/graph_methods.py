@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,13 @@ from .executable import Executable
 
 G = TypeVar("G", bound="RuntimeMethods")
 RUN_CACHE_SIZE = 32
+_DEFAULT_DESCRIPTOR = CompilationDescriptor()
+
+
+@functools.cache
+def _default_device() -> Device:
+    """``og.device()``, probed once (probing CUDA costs microseconds per call)."""
+    return get_device(None)
 
 
 class RuntimeMethods(GraphCore):
@@ -57,20 +65,18 @@ class RuntimeMethods(GraphCore):
         >>> g.run({x: np.array([1, 2], np.float32)}, [x * 2])[0].tolist()
         [2.0, 4.0]
         """
-        feeds = dict(feeds or {})
-        values = []
-        for t, v in feeds.items():
-            if not isinstance(v, torch.Tensor):
-                v = to_torch(v, t.dtype if isinstance(t, Tensor) else None)
-            values.append(v)
-        types = tuple(TensorType.of(v) for v in values)
-        dev = get_device(device)
-        desc = descriptor or CompilationDescriptor()
-        key = (tuple(id(t) for t in feeds), types, tuple(id(t) for t in targets),
-               tuple(id(o) for o in target_ops), dev, desc)
+        feeds = feeds or {}
+        values = [v if isinstance(v, torch.Tensor) else to_torch(v, t.dtype if isinstance(t, Tensor) else None)
+                  for t, v in feeds.items()]
+        dev = _default_device() if device is None else get_device(device)
+        desc = descriptor or _DEFAULT_DESCRIPTOR
+        # key on raw shapes and dtypes; TensorTypes are built only when compiling
+        key = (*map(id, feeds), *[(v.dtype, v.shape) for v in values], None, *map(id, targets), None,
+               *map(id, target_ops), dev, desc)
         cache = self._cache()
         exe = cache.get(key)
         if exe is None:
+            types = [TensorType.of(v) for v in values]
             exe = self.compile(dict(zip(feeds, types, strict=True)), targets, target_ops, device=dev,
                                descriptor=desc)
             cache[key] = exe
