@@ -190,3 +190,15 @@ def test_graph_text_form() -> None:
     assert text.startswith("graph {") and "%x: float32(?, 3) = placeholder()" in text
     assert "= exp(%x)" in text
     assert g.placeholders == [x]
+
+
+def test_shape_of_folds_when_shapes_are_static() -> None:
+    g = og.Graph()
+    x = g.placeholder((None, 3), og.float32, name="x")
+    s = g.shape_of(x) * 2
+    exe = g.compile({x: og.TensorType((5, 3), og.float32)}, [s], device="cpu")
+    assert [o.op.name for o in exe.program.graph.ops] == ["placeholder", "constant"]
+    assert exe.run([torch.zeros(5, 3)])[0].tolist() == [10, 6]
+    dyn = g.compile({x: og.TensorType((None, 3), og.float32)}, [s], device="cpu")
+    assert "shape_of" in [o.op.name for o in dyn.program.graph.ops]
+    assert dyn.run([torch.zeros(4, 3)])[0].tolist() == [8, 6]

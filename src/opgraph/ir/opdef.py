@@ -50,6 +50,7 @@ class OpDef:
     ``lower`` (returns the callable that computes the op on torch tensors), ``fusion``.
 
     ``side_effects`` marks ops that must never be removed or merged (``assign``).
+    ``reads_values=False`` says the result depends only on the input types (``shape_of``).
     ``vjp`` is filled by ``opgraph.autodiff`` when the op is differentiable.
     """
 
@@ -60,6 +61,8 @@ class OpDef:
     fusion: FusionKind = FusionKind.OPAQUE
     side_effects: bool = False
     differentiable: bool = True
+    reads_values: bool = True  # False: the result depends on input types only (shape_of), so it folds
+
     doc: str = ""
     vjp: Callable[..., Any] | None = field(default=None, repr=False)
 

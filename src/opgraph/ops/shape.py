@@ -386,7 +386,7 @@ def _shape_of_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 
 SHAPE_OF = OpDef("shape_of", infer=_shape_of_rule, lower=_shape_of_lower, fusion=FusionKind.OPAQUE,
-                 differentiable=False, doc="the input's shape as a 1-D int32 tensor")
+                 differentiable=False, reads_values=False, doc="the input's shape as a 1-D int32 tensor")
 
 
 # ---- space_to_depth / depth_to_space ---------------------------------------------------------

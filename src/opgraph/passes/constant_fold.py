@@ -1,4 +1,5 @@
-"""Constant folding: an op whose inputs are all constants becomes a constant (computed on the CPU)."""
+"""Constant folding: an op whose inputs are all constants becomes a constant (computed on the CPU), and
+so does an op that reads only its inputs' types (``shape_of``) once those types are static."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ FOLD_LIMIT = 1 << 16  # elements; larger results stay computed, to keep executab
 
 def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Sequence[Tensor] | None:
-        if (op.op.side_effects or op.op.fusion is FusionKind.SOURCE or op.op.lower is None or not ins
-                or any(t.op.op is not CONSTANT for t in ins)):
+        if op.op.side_effects or op.op.fusion is FusionKind.SOURCE or op.op.lower is None or not ins:
+            return None
+        if op.op.reads_values:
+            if any(t.op.op is not CONSTANT for t in ins):
+                return None
+            args = [t.op.payload for t in ins]
+        elif all(t.type.is_static for t in ins):  # only the types matter: stand-ins without data
+            args = [torch.empty(t.type.shape, dtype=t.type.dtype.torch_dtype, device="meta")  # type: ignore[misc]
+                    for t in ins]
+        else:
             return None
         sizes = [numel(t.type.shape) for t in op.outputs]
         if any(n is None or n > limit for n in sizes):
@@ -26,7 +35,7 @@ def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
         ctx = LowerContext(op.attrs, tuple(t.type for t in ins), tuple(t.type for t in op.outputs),
                            torch.device("cpu"))
         try:
-            result = op.op.lower(ctx)(*[t.op.payload for t in ins])
+            result = op.op.lower(ctx)(*args)
         except Exception:  # a failing kernel (bad index, ...) stays in, to fail with a clear error at run time
             return None
         values = list(result) if isinstance(result, (tuple, list)) else [result]
