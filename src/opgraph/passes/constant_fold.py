@@ -25,7 +25,7 @@ def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
                 return None
             args = [t.op.payload for t in ins]
         elif all(t.type.is_static for t in ins):  # only the types matter: stand-ins without data
-            args = [torch.empty(t.type.shape, dtype=t.type.dtype.torch_dtype, device="meta")  # type: ignore[misc]
+            args = [torch.empty(t.type.shape, dtype=t.type.dtype.torch_dtype, device="meta")  # type: ignore[arg-type]
                     for t in ins]
         else:
             return None
