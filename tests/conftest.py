@@ -11,3 +11,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_gpu_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests not marked ``gpu`` run on the CPU even where CUDA exists, so one suite means one thing."""
+    if "gpu" in request.keywords:
+        return
+    import opgraph as og
+    from opgraph.runtime import graph_methods
+
+    monkeypatch.setattr(graph_methods, "_default_device", lambda: og.device("cpu"))

@@ -224,6 +224,10 @@ def _pool_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
         # torch's 2-D kernels pad by at most half the window on each side
         limit = [effective_kernel(k, r) // 2 for k, r in zip(d.kernel_sizes, d.dilation_rates, strict=True)]
 
+        fast = _static_pool2d(ctx, kind, pool2d, limit) if not cl else None
+        if fast is not None:
+            return fast
+
         def run(x: torch.Tensor) -> torch.Tensor:
             if cl:
                 x = x.permute(0, 3, 1, 2)
@@ -232,6 +236,11 @@ def _pool_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
                 cache[sizes] = _plan(d, sizes, kind, dtype, ctx.device)
             flat, divisor = cache[sizes]
             padding = (0, 0)
+            if any(p < 0 for p in flat[1::2]):  # unused trailing elements: crop through a view, not a copy
+                for k, p in enumerate(flat[1::2]):
+                    if p < 0:
+                        x = x.narrow(x.dim() - 1 - k, 0, x.shape[x.dim() - 1 - k] + p)
+                flat = [max(p, 0) for p in flat]
             if pool2d and flat[0] == flat[1] and flat[2] == flat[3] and flat[0] <= limit[1] and flat[2] <= limit[0]:
                 padding = (flat[2], flat[0])  # symmetric padding the torch kernel does itself, without a copy
             elif any(flat):
@@ -257,6 +266,34 @@ def _pool_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
         return run
 
     return lower
+
+
+def _static_pool2d(ctx: LowerContext, kind: _Kind, pool2d: bool, limit: list[int]) -> Callable[..., Any] | None:
+    """With a static NCHW shape, resolve the plan now: when torch's own kernel covers it exactly (symmetric
+    padding it can do itself, no divisor, trailing elements its floor rounding drops), call it directly."""
+    d = ctx.attrs
+    x_t = ctx.in_types[0]
+    if not (pool2d and kind is not _Kind.L2 and x_t.is_static):
+        return None
+    sizes = tuple(int(n) for n in x_t.shape[-2:] if n is not None)
+    flat, divisor = _plan(d, sizes, kind, x_t.dtype.torch_dtype, ctx.device)
+    befores = [flat[2], flat[0]]
+    if divisor is not None or befores[0] > limit[0] or befores[1] > limit[1]:
+        return None
+    for k in range(2):  # torch pads symmetrically and floors: its output size must equal ours
+        after = max(flat[3 - 2 * k], 0)
+        if after > befores[k]:
+            return None
+        eff = effective_kernel(d.kernel_sizes[k], d.dilation_rates[k])
+        ours = (sizes[k] + befores[k] + flat[3 - 2 * k] - eff) // d.strides[k] + 1
+        if (sizes[k] + 2 * befores[k] - eff) // d.strides[k] + 1 != ours:
+            return None
+    kernel, stride, dilation, padding = d.kernel_sizes, d.strides, d.dilation_rates, tuple(befores)
+    if kind is _Kind.MAX:
+        return lambda x: torch.max_pool2d(x, kernel, stride, padding, dilation)
+    if dilation != (1, 1) or any(padding):
+        return None
+    return lambda x: torch._C._nn.avg_pool2d(x, kernel, stride, padding)
 
 
 def _pool(name: str, kind: _Kind, two_d: bool, doc: str) -> OpDef:

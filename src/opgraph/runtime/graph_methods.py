@@ -52,7 +52,8 @@ class RuntimeMethods(GraphCore):
             if not isinstance(ty, TensorType):
                 raise FeedError(f"compile: feeds map placeholders to og.TensorType, got {type(ty).__name__}"
                                 f" for {t!r}")
-        return Executable(self, feeds, list(targets), list(target_ops), get_device(device),
+        return Executable(self, feeds, list(targets), list(target_ops),
+                          _default_device() if device is None else get_device(device),
                           descriptor or CompilationDescriptor())
 
     def run(self, feeds: Mapping[Tensor, Any] | None = None, targets: Sequence[Tensor] = (),
