@@ -3,10 +3,12 @@ compile/run. Each mixin lives next to the ops it builds; this class only puts th
 
 from __future__ import annotations
 
+from .autodiff.vjp import AutodiffMethods
 from .ops.activation import ActivationBuilders
 from .ops.conv import ConvBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.gather import GatherBuilders
+from .ops.gradient_support import GradientSupportBuilders
 from .ops.linalg import LinalgBuilders
 from .ops.nn import NNBuilders
 from .ops.norm import NormBuilders
@@ -39,6 +41,8 @@ class Graph(
     NormBuilders,
     NNBuilders,
     ResizeBuilders,
+    GradientSupportBuilders,
+    AutodiffMethods,
     RuntimeMethods,
 ):
     """A graph of ops on symbolic tensors (MPSGraph's ``MPSGraph``).

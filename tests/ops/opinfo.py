@@ -64,6 +64,8 @@ class OpInfo:
     gpu_tol: dict[Any, tuple[float, float]] = field(default_factory=dict)  # e.g. cuDNN's TF32 convolutions
     dynamic: bool = True  # also build with all dims dynamic and check the same results
     roundtrip: bool = True
+    grad: bool = True  # check gradients against finite differences (differentiable ops only)
+    grad_samples: Callable[[np.random.Generator], Iterable[Sample]] | None = None  # away from kinks and ties
 
     def tolerance(self, dtype: torch.dtype, gpu: bool = False) -> tuple[float, float]:
         if gpu and dtype in self.gpu_tol:

@@ -25,7 +25,7 @@ from ..core.errors import DTypeError, ShapeError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import broadcast_types, expect_arity, expect_dtype, same_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs, direct
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp, direct
 from .unary import REAL
 
 ELEMENTWISE = FusionKind.ELEMENTWISE
@@ -174,6 +174,42 @@ def _cast_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 CAST = OpDef("cast", infer=_cast_rule, lower=_cast_lower, attrs=CastAttrs, fusion=ELEMENTWISE,
              doc="convert values to another dtype (float to int truncates toward zero)")
+
+
+# ---- gradients of the arithmetic core (results are summed back to each input's shape) -----------
+def _unbroadcast(g: Any, ct: Tensor, x: Tensor) -> Tensor:
+    return g.sum_to(ct, x)
+
+
+@defvjp(ADD)
+def _add_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x, y = op.inputs
+    return _unbroadcast(g, ct[0], x), _unbroadcast(g, ct[0], y)
+
+
+@defvjp(SUBTRACT)
+def _subtract_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x, y = op.inputs
+    return _unbroadcast(g, ct[0], x), _unbroadcast(g, g.negative(ct[0]), y)
+
+
+@defvjp(MULTIPLY)
+def _multiply_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x, y = op.inputs
+    return _unbroadcast(g, g.multiply(ct[0], y), x), _unbroadcast(g, g.multiply(ct[0], x), y)
+
+
+@defvjp(DIVIDE)
+def _divide_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x, y = op.inputs
+    gx = g.divide(ct[0], y)
+    return _unbroadcast(g, gx, x), _unbroadcast(g, g.negative(g.multiply(gx, g.divide(x, y))), y)
+
+
+@defvjp(CAST)
+def _cast_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x = op.inputs[0]
+    return (g.cast(ct[0], x.dtype) if (x.dtype.is_floating or x.dtype.is_complex) else None,)
 
 
 def _reinterpret_rule(a: CastAttrs, ins: tuple[TensorType, ...]) -> TensorType:

@@ -27,7 +27,7 @@ from ..core.shape import normalize_axes, normalize_axis
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 REDUCTION = FusionKind.REDUCTION
 
@@ -153,6 +153,17 @@ REDUCE_SUM = OpDef("reduce_sum", infer=reduce_rule(numeric=True), attrs=ReduceAt
                    doc="sum over axes (keeps the input dtype)")
 REDUCE_PROD = OpDef("reduce_prod", infer=reduce_rule(numeric=True), attrs=ReduceAttrs, fusion=REDUCTION,
                     lower=_axes_lower(_prod), doc="product over axes (keeps the input dtype)")
+def keepdims_like(g: Any, ct: Tensor, op: Any) -> Tensor:
+    """A reduction's cotangent with the reduced axes put back as size 1 (ready to broadcast)."""
+    a: ReduceAttrs = op.attrs
+    return ct if a.keepdims or not a.axes else g.expand_dims(ct, axes=list(a.axes))
+
+
+@defvjp(REDUCE_SUM)
+def _reduce_sum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (g.broadcast_like(keepdims_like(g, ct[0], op), op.inputs[0]),)
+
+
 REDUCE_MEAN = OpDef("reduce_mean", infer=reduce_rule(floating=True), attrs=ReduceAttrs, fusion=REDUCTION,
                     lower=_axes_lower(lambda x, ax, k, dt: torch.mean(x, dim=ax, keepdim=k)),
                     doc="mean over axes (floating dtypes)")

@@ -18,7 +18,7 @@ from ..core.errors import DTypeError, GraphError, ShapeError
 from ..core.shape import as_shape
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
-from .registry import FusionKind, OpDef, attrs
+from .registry import FusionKind, OpDef, attrs, defvjp
 
 
 @attrs
@@ -50,6 +50,11 @@ PLACEHOLDER = OpDef("placeholder", infer=lambda a, ins: TensorType(a.shape, a.dt
 CONSTANT = OpDef("constant", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE, differentiable=False)
 VARIABLE = OpDef("variable", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE)
 READ = OpDef("read", infer=_read_rule, lower=None, fusion=FusionKind.SOURCE)
+
+
+@defvjp(READ)
+def _read_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (ct[0],)  # a read's gradient flows to the variable itself
 ASSIGN = OpDef("assign", infer=_assign_rule, lower=None, side_effects=True, differentiable=False)
 
 

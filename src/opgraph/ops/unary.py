@@ -15,7 +15,7 @@ from ..core.dtype import FLOAT_DTYPES, INT_DTYPES, DType, bool_, float32, float6
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
-from .registry import FusionKind, LowerContext, OpDef, direct
+from .registry import FusionKind, LowerContext, OpDef, defvjp, direct
 
 REAL = INT_DTYPES + FLOAT_DTYPES  # numeric without complex
 
@@ -69,6 +69,17 @@ RECIPROCAL = unary("reciprocal", torch.reciprocal, "1 / x", **FLOAT)
 
 # ---- exponentials, logarithms, powers ------------------------------------------------------
 EXP = unary("exp", torch.exp, "e ** x", **FLOAT)
+
+
+@defvjp(NEGATIVE)
+def _negative_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (g.negative(ct[0]),)
+
+
+@defvjp(EXP)
+def _exp_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (g.multiply(ct[0], op.outputs[0]),)
+
 EXP2 = unary("exp2", torch.exp2, "2 ** x", **FLOAT)
 LOG = unary("log", torch.log, "natural logarithm", **FLOAT)
 LOG2 = unary("log2", torch.log2, "base-2 logarithm", **FLOAT)

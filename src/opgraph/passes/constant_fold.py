@@ -39,6 +39,8 @@ def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
         except Exception:  # a failing kernel (bad index, ...) stays in, to fail with a clear error at run time
             return None
         values = list(result) if isinstance(result, (tuple, list)) else [result]
+        if any(v.is_meta for v in values):  # a type-only op that still echoed its stand-in input
+            return None
         outs = []
         for t, v in zip(op.outputs, values, strict=True):
             v = v.contiguous().to(t.type.dtype.torch_dtype)
