@@ -84,7 +84,8 @@ def check_gradients(record: OpInfo, sample: Sample, rng: np.random.Generator) ->
             numeric = (up - down) / (2 * EPS)
             got = analytic[k].reshape(-1)[i].item()
             assert abs(got - numeric) <= 1e-5 + 1e-4 * abs(numeric), (
-                f"{record.name} {sample.desc}: d loss / d %{p.name}[{i}] = {got} (graph), {numeric} (finite differences)")
+                f"{record.name} {sample.desc}: d loss / d %{p.name}[{i}] = {got} (graph), "
+                f"{numeric} (finite differences)")
 
 
 @pytest.mark.parametrize("record,sample", CASES, ids=[f"{r.name}-{s.desc}" for r, s in CASES])

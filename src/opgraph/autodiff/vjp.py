@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import DTypeError, GraphError
-from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.graph import GraphCore, Tensor
 from ..ir.printer import format_op
 
 if TYPE_CHECKING:
