@@ -49,7 +49,8 @@ def _broadcast_like_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
 
 
 BROADCAST_LIKE = OpDef("broadcast_like", infer=_broadcast_like_rule,
-                       lower=lambda ctx: lambda x, ref: x.expand(ref.shape), fusion=FusionKind.INJECTIVE, doc="the first input broadcast to the second input's shape")
+                       lower=lambda ctx: lambda x, ref: x.expand(ref.shape), fusion=FusionKind.INJECTIVE,
+                       doc="the first input broadcast to the second input's shape")
 
 
 def _sum_to_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
