@@ -13,7 +13,7 @@ from .opinfo import ErrorCase, OpInfo, Sample, rand
 def _sum_to_oracle(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
     lead = x.ndim - ref.ndim
     out = x.sum(axis=tuple(range(lead))) if lead else x
-    axes = tuple(i for i, (a, b) in enumerate(zip(out.shape, ref.shape)) if b == 1 and a != 1)
+    axes = tuple(i for i, (a, b) in enumerate(zip(out.shape, ref.shape, strict=True)) if b == 1 and a != 1)
     return out.sum(axis=axes, keepdims=True) if axes else out
 
 

@@ -70,22 +70,17 @@ def _sum_axes(x_shape: tuple[int, ...], ref_shape: tuple[int, ...]) -> tuple[tup
 
 def _sum_to_lower(ctx: LowerContext) -> Callable[..., Any]:
     x_t, ref_t = ctx.in_types
+    dtype = x_t.dtype.torch_dtype  # torch.sum would widen integers to int64
 
-    def run_dynamic(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-        lead, keep = _sum_axes(tuple(x.shape), tuple(ref.shape))
+    def run(x: torch.Tensor, lead: tuple[int, ...], keep: tuple[int, ...]) -> torch.Tensor:
         if keep:
-            x = x.sum(dim=[len(lead) + k for k in keep], keepdim=True)
-        return x.sum(dim=lead) if lead else x
+            x = x.sum(dim=[len(lead) + k for k in keep], keepdim=True, dtype=dtype)
+        return x.sum(dim=lead, dtype=dtype) if lead else x
 
     if x_t.is_static and ref_t.is_static:
         lead, keep = _sum_axes(x_t.shape, ref_t.shape)  # type: ignore[arg-type]
-        if not lead and not keep:
-            return lambda x, ref: x
-        dims = [len(lead) + k for k in keep]
-        if not keep:
-            return lambda x, ref: x.sum(dim=lead)
-        return lambda x, ref: x.sum(dim=dims, keepdim=True).sum(dim=lead) if lead else x.sum(dim=dims, keepdim=True)
-    return run_dynamic
+        return lambda x, ref: run(x, lead, keep)
+    return lambda x, ref: run(x, *_sum_axes(tuple(x.shape), tuple(ref.shape)))
 
 
 SUM_TO = OpDef("sum_to", infer=_sum_to_rule, lower=_sum_to_lower, fusion=FusionKind.REDUCTION,
