@@ -84,3 +84,9 @@ def test_no_pickle_in_files(tmp_path: Path) -> None:
     _graph().save(tmp_path / "g")
     for f in (tmp_path / "g").iterdir():
         assert b"\x80\x04" not in f.read_bytes()[:2]  # no pickle protocol header
+
+
+def test_wrong_attributes_class_in_file(tmp_path: Path) -> None:
+    path = _corrupt(tmp_path, lambda d: d["ops"][0].update(attrs=5))
+    with pytest.raises(og.SerializationError, match="attributes must be PlaceholderAttrs"):
+        og.Graph.load(path)

@@ -202,3 +202,50 @@ def test_shape_of_folds_when_shapes_are_static() -> None:
     dyn = g.compile({x: og.TensorType((None, 3), og.float32)}, [s], device="cpu")
     assert "shape_of" in [o.op.name for o in dyn.program.graph.ops]
     assert dyn.run([torch.zeros(4, 3)])[0].tolist() == [8, 6]
+
+
+def test_results_never_alias_state_or_constants() -> None:
+    g = og.Graph()
+    w = g.variable(torch.ones(3), name="w")
+    c = g.constant(np.ones(3, np.float32))
+    x = g.placeholder((3,), og.float32, name="x")
+    upd = g.assign(w, x)
+    (got_w, got_c) = g.run({}, [w, c])
+    got_w.add_(5)
+    got_c.add_(5)
+    assert g.run({}, [w, c])[0].tolist() == [1, 1, 1] and g.run({}, [c])[0].tolist() == [1, 1, 1]
+    fed = torch.full((3,), 2.0)
+    g.run({x: fed}, [], [upd])
+    fed.mul_(100)
+    assert g.variable_value(w).tolist() == [2, 2, 2]
+
+
+def test_scalars_and_operands_promote_like_numpy() -> None:
+    g = og.Graph()
+    xf, xi, x64 = g.placeholder((3,)), g.placeholder((3,), og.int32), g.placeholder((3,), og.float64)
+    assert (xf + np.float32(2)).dtype is og.float32
+    assert (xf + torch.ones(3)).dtype is og.float32
+    assert (xi * [1.5, 1.0, 1.0]).dtype is og.float32
+    assert (x64 * 1j).dtype is og.complex128
+    assert (xi + 1).dtype is og.int32 and (xi + 1.5).dtype is og.float32
+    with pytest.raises(og.DTypeError, match="does not fit int32"):
+        xi + 2**40
+    with pytest.raises(og.DTypeError, match="dtype is required"):
+        g.cast(xf, None)
+
+
+def test_tensors_refuse_iteration_and_len() -> None:
+    g = og.Graph()
+    x = g.placeholder((None,))
+    with pytest.raises(og.GraphError, match="cannot be iterated"):
+        list(x)
+    with pytest.raises(og.GraphError, match="len"):
+        len(x)
+
+
+def test_numpy_feed_of_wrong_dtype_is_an_error() -> None:
+    g, x, y = _graph()
+    with pytest.raises(og.FeedError, match="float64"):
+        g.run({x: np.zeros((2, 3))}, [y])
+    (r,) = g.run({x: [[0.0, 0.0, 0.0]]}, [y])  # a list takes the placeholder's dtype
+    assert r.dtype == torch.float32

@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 
-from ..core.errors import GraphError
+from ..core.errors import ExecutionError, GraphError, OpgraphError
 from ..ir.graph import Operation, Tensor
 from ..ir.opdef import LowerContext
-from ..ops.state import ASSIGN, CONSTANT, PLACEHOLDER, READ, VARIABLE
+from ..ir.sources import ASSIGN, CONSTANT, PLACEHOLDER, READ, VARIABLE
 from ..passes.program import Program
 
 _counter = itertools.count()
+_SHARED = (CONSTANT, VARIABLE, READ)  # producers whose value outlives the run
 
 
 @dataclass
@@ -76,12 +77,22 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
             var_op = op if op.op is VARIABLE else op.inputs[0].op
             line = f"{out_name(op.outputs[0])} = S[{var_op.name!r}]"
         elif op.op is ASSIGN:
-            line = f"S[{op.inputs[0].op.name!r}] = {args[1]}"
+            # state must not alias a caller's tensor (a feed) or a constant: keep a copy of those
+            value = op.inputs[1]
+            owned = value.op.op not in (PLACEHOLDER, CONSTANT)
+            line = f"S[{op.inputs[0].op.name!r}] = {args[1]}" + ("" if owned else ".clone()")
         else:
             if op.op.lower is None:
                 raise GraphError(f"op {op.op.name} has no lowering")
             ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device)
-            bound[f"k{op.id}"] = op.op.lower(ctx)
+            try:
+                bound[f"k{op.id}"] = op.op.lower(ctx)
+            except OpgraphError:
+                raise
+            except Exception as e:  # a lowering that rejects its attributes: name the op, not torch
+                shown = ", ".join(str(t.type) for t in op.inputs)
+                raise ExecutionError(f"{op.op.name}({shown}) cannot be compiled for {device} in op %{op.name}: "
+                                     f"{type(e).__name__}: {e}") from None
             call = f"k{op.id}({', '.join(args)})"
             outs = [out_name(t) for t in op.outputs]
             if all(n == "_" for n in outs):
@@ -92,7 +103,9 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
                 line = f"{', '.join(outs)} = {call}"
         body.append("    " + line)
         line_ops[len(body) + 1] = op
-    body.append("    return [" + ", ".join(names[id(t)] for t in program.outputs) + "]")
+    # results never alias state or constants: a caller may modify what it gets back
+    body.append("    return [" + ", ".join(names[id(t)] + (".clone()" if t.op.op in _SHARED else "")
+                                       for t in program.outputs) + "]")
     params = [f"x{k}" for k in range(len(program.inputs))] + ["*"] + [f"{n}={n}" for n in bound]
     source = f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
     filename = f"<opgraph-executable-{next(_counter)}>"

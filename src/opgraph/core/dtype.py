@@ -130,6 +130,8 @@ def as_dtype(value: object) -> DType:
 
     if isinstance(value, DType):
         return value
+    if value is None:
+        raise DTypeError("a dtype is required, got None")
     if isinstance(value, torch.dtype):
         return from_torch(value)
     if isinstance(value, str):
@@ -172,21 +174,28 @@ def promote_types(a: DType, b: DType) -> DType:
 
 def weak_scalar_dtype(value: bool | int | float | complex) -> DType:
     """The dtype a Python scalar has when it stands alone."""
+    from .errors import DTypeError
+
     if isinstance(value, bool):
         return bool_
     if isinstance(value, int):
         return int64
     if isinstance(value, float):
         return float32
-    return complex64
+    if isinstance(value, complex):
+        return complex64
+    raise DTypeError(f"expected a Python scalar, got {type(value).__name__}")
 
 
 def promote_with_scalar(tensor_dtype: DType, value: bool | int | float | complex) -> DType:
-    """A weak Python scalar adopts the tensor's dtype unless its category is higher."""
+    """A weak Python scalar adopts the tensor's dtype unless its kind is higher: then the default
+    dtype of that kind (float32; complex64, or complex128 next to float64)."""
     scalar = weak_scalar_dtype(value)
     if scalar.category <= tensor_dtype.category:
         return tensor_dtype
-    if scalar.is_floating and tensor_dtype.category < Category.FLOATING:
+    if scalar.is_complex:
+        return complex128 if tensor_dtype is float64 else complex64
+    if scalar.is_floating:
         return float32
     return scalar
 

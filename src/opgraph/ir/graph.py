@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..core.dtype import DType
-from ..core.errors import GraphError, OpgraphError
+from ..core.errors import DTypeError, GraphError, OpgraphError
 from ..core.types import TensorType
 from .opdef import OpDef
 
@@ -109,6 +109,12 @@ class Tensor:
     def __ne__(self, o: Any) -> Tensor: return self.graph.not_equal(self, o)  # type: ignore[override]
     def __getitem__(self, key: Any) -> Tensor: return self.graph.getitem(self, key)
 
+    def __iter__(self) -> Any:
+        raise GraphError(f"symbolic tensor %{self.name} cannot be iterated; index it or use g.split")
+
+    def __len__(self) -> int:
+        raise GraphError(f"symbolic tensor %{self.name} has no len(); use .shape")
+
 
 class Operation:
     """One op application: ``op`` (an ``OpDef``), inputs, attributes and outputs.
@@ -166,13 +172,13 @@ class GraphCore:
     @property
     def placeholders(self) -> list[Tensor]:
         """Placeholder tensors in creation order (MPSGraph's ``placeholderTensors``)."""
-        from ..ops.state import PLACEHOLDER
+        from .sources import PLACEHOLDER
 
         return [o.outputs[0] for o in self._ops if o.op is PLACEHOLDER]
 
     @property
     def variables(self) -> list[Tensor]:
-        from ..ops.state import VARIABLE
+        from .sources import VARIABLE
 
         return [o.outputs[0] for o in self._ops if o.op is VARIABLE]
 
@@ -253,18 +259,25 @@ class GraphCore:
         return self._add_op(op, inputs, attrs, name).outputs
 
     def _as_tensor(self, value: Any, like: DType | None = None) -> Tensor:
-        """A Tensor as is; a Python scalar becomes a weak constant (``like``'s dtype when it fits)."""
+        """A Tensor as is; a Python scalar becomes a *weak* constant (``like``'s dtype when its kind
+        allows); anything else (NumPy, torch, lists) becomes a constant of its own dtype."""
         if isinstance(value, Tensor):
             return value
         from ..core.dtype import promote_with_scalar, weak_scalar_dtype
+        from ..core.values import to_torch
+        from .sources import CONSTANT
 
-        if isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic):
+        if is_python_scalar(value):
             dtype = promote_with_scalar(like, value) if like is not None else weak_scalar_dtype(value)
-            return self._constant_tensor(torch.tensor(value, dtype=dtype.torch_dtype), dtype)
-        return self._constant_tensor(value, None)
-
-    def _constant_tensor(self, value: Any, dtype: DType | None) -> Tensor:
-        raise NotImplementedError  # provided by the state-ops builder mixin
+            if dtype.is_integer and not isinstance(value, bool):
+                info = torch.iinfo(dtype.torch_dtype)
+                if not info.min <= value <= info.max:
+                    raise DTypeError(f"the Python scalar {value} does not fit {dtype.name} "
+                                     f"(range {info.min}..{info.max}); cast the tensor first")
+            payload = torch.tensor(value, dtype=dtype.torch_dtype)
+        else:
+            payload = to_torch(value)
+        return self._add_op(CONSTANT, [], None, None, payload=payload).outputs[0]
 
     def verify(self) -> None:
         """Check the IR's invariants; raises ``VerificationError``."""
@@ -273,11 +286,20 @@ class GraphCore:
         verify_graph(self)
 
 
+def is_python_scalar(value: object) -> bool:
+    """Python's own bool/int/float/complex (NumPy scalars have a dtype of their own: not weak)."""
+    return isinstance(value, (bool, int, float, complex)) and not isinstance(value, np.generic)
+
+
 def infer_types(op: OpDef, attrs: Any, in_types: tuple[TensorType, ...],
                 payload: torch.Tensor | None = None) -> tuple[TensorType, ...]:
     """Run ``op``'s type rule, re-raising any failure as an error that names the op and the types."""
     from ..core.errors import ShapeError
 
+    if op.attrs is not None and payload is None and not isinstance(attrs, op.attrs):
+        from ..core.errors import AttributeValueError
+
+        raise AttributeValueError(f"{op.name}: attributes must be {op.attrs.__name__}, got {type(attrs).__name__}")
     try:
         result = op.infer(attrs, in_types) if payload is None else (TensorType.of(payload),)
     except OpgraphError as e:

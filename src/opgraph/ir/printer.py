@@ -43,7 +43,9 @@ def format_op(op: Operation) -> str:
     if op.payload is not None:
         p = op.payload
         payload = f" <{p.numel()} values>" if p.numel() > 4 else f" <{p.flatten().tolist()}>"
-    shown_attrs = "" if op.op.name == "placeholder" else format_attrs(op.attrs)  # the type says it all
+    from .sources import PLACEHOLDER
+
+    shown_attrs = "" if op.op is PLACEHOLDER else format_attrs(op.attrs)  # the type says it all
     return f"{outs} = {op.op.name}({ins}){shown_attrs}{payload}"
 
 

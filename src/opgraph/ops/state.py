@@ -10,78 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import torch
-
-from ..core.dtype import DType, as_dtype, float32, from_torch
-from ..core.errors import DTypeError, GraphError, ShapeError
+from ..core.dtype import as_dtype, float32
+from ..core.errors import GraphError, ShapeError
 from ..core.shape import as_shape
-from ..core.types import TensorType
+from ..core.values import to_torch
 from ..ir.graph import GraphCore, Operation, Tensor
-from .registry import FusionKind, OpDef, attrs, defvjp
-
-
-@attrs
-class PlaceholderAttrs:
-    shape: tuple[int | None, ...]
-    dtype: DType
-
-
-def _payload_only(a: Any, ins: tuple[TensorType, ...]) -> TensorType:
-    raise GraphError("constants and variables take their type from their value")
-
-
-def _read_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
-    return ins[0]
-
-
-def _assign_rule(a: None, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
-    var, value = ins
-    if value.dtype is not var.dtype:
-        raise DTypeError(f"cannot assign a {value.dtype.name} value to a {var.dtype.name} variable")
-    if value.rank != var.rank or any(a is not None and b is not None and a != b
-                                     for a, b in zip(var.shape, value.shape, strict=True)):
-        raise ShapeError(f"cannot assign a value of shape {value.shape} to a variable of shape {var.shape}")
-    return ()
-
-
-PLACEHOLDER = OpDef("placeholder", infer=lambda a, ins: TensorType(a.shape, a.dtype), lower=None,
-                    attrs=PlaceholderAttrs, fusion=FusionKind.SOURCE, differentiable=False)
-CONSTANT = OpDef("constant", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE, differentiable=False)
-VARIABLE = OpDef("variable", infer=_payload_only, lower=None, fusion=FusionKind.SOURCE)
-READ = OpDef("read", infer=_read_rule, lower=None, fusion=FusionKind.SOURCE)
+from ..ir.sources import ASSIGN, CONSTANT, PLACEHOLDER, READ, VARIABLE, PlaceholderAttrs
+from .registry import defvjp
 
 
 @defvjp(READ)
 def _read_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
     return (ct[0],)  # a read's gradient flows to the variable itself
-ASSIGN = OpDef("assign", infer=_assign_rule, lower=None, side_effects=True, differentiable=False)
-
-
-def to_torch(value: Any, dtype: DType | None = None) -> torch.Tensor:
-    """Convert a Python scalar, nested list, NumPy array or torch tensor to a CPU torch tensor."""
-    if isinstance(value, Tensor):
-        raise GraphError("expected a concrete value, got a symbolic Tensor")
-    if isinstance(value, torch.Tensor):
-        t = value.detach()
-    elif isinstance(value, np.ndarray | np.generic):
-        t = torch.from_numpy(np.ascontiguousarray(value))
-    elif isinstance(value, float) or (isinstance(value, (list, tuple)) and _has_float(value)):
-        t = torch.tensor(value, dtype=torch.float32)  # Python floats default to float32
-    else:
-        try:
-            t = torch.tensor(value)
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise DTypeError(f"cannot make a tensor from {type(value).__name__}: {e}") from None
-    if dtype is not None:
-        t = t.to(dtype.torch_dtype)
-    else:
-        from_torch(t.dtype)  # raises DTypeError for dtypes opgraph lacks
-    return t.cpu()
-
-
-def _has_float(v: Any) -> bool:
-    return any(_has_float(x) if isinstance(x, (list, tuple)) else isinstance(x, float) for x in v)
 
 
 class StateBuilders(GraphCore):
@@ -112,9 +52,6 @@ class StateBuilders(GraphCore):
                 raise ShapeError(f"constant: shape= needs a scalar value, got {t.numel()} values")
             t = t.reshape(()).expand(tuple(as_shape(shape))).contiguous()  # type: ignore[arg-type]
         return self._add_op(CONSTANT, [], None, name, payload=t).output
-
-    def _constant_tensor(self, value: Any, dtype: DType | None) -> Tensor:
-        return self.constant(value, dtype)
 
     def variable(self, value: Any, dtype: object = None, *, name: str | None = None) -> Tensor:
         """Persistent state, initialised from ``value``, living on the device of each run.

@@ -10,7 +10,7 @@ import torch
 from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, LowerContext
-from ..ops.state import CONSTANT
+from ..ir.sources import CONSTANT
 from .program import Program, rewrite
 
 FOLD_LIMIT = 1 << 16  # elements; larger results stay computed, to keep executables small

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..ir.graph import GraphCore, Operation, Tensor
-from ..ops.state import CONSTANT, PLACEHOLDER, READ, VARIABLE
+from ..ir.sources import CONSTANT, PLACEHOLDER, READ, VARIABLE
 from .program import Program, rewrite
 
 _NEVER_MERGED = (PLACEHOLDER, VARIABLE, READ)  # reads depend on where assigns stand

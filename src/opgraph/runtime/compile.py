@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..core.errors import FeedError, GraphError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor, infer_types
-from ..ops.state import PLACEHOLDER, PlaceholderAttrs
+from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
 from ..passes import (
     DROP,
     Pass,

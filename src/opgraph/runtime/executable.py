@@ -13,7 +13,7 @@ from ..core.errors import ExecutionError, FeedError, OpgraphError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.printer import excerpt, format_ops
-from ..ops.state import VARIABLE
+from ..ir.sources import VARIABLE
 from ..passes import PassRecord, Program
 from .compile import CompilationDescriptor, optimize, select_and_specialize
 from .device import Device
@@ -80,8 +80,8 @@ class Executable:
                     d is not None and d != s for d, s in zip(shape, value.shape, strict=True)):
                 raise FeedError(f"input {k} (%{self.feed_tensors[k].name}): expected {self.input_types[k]}, "
                                 f"got {_describe(value)}")
-            if value.device != self._torch_device:
-                value = value.to(self._torch_device, non_blocking=True)
+            if value.device != self._torch_device:  # async only host-to-device; a host copy must be complete
+                value = value.to(self._torch_device, non_blocking=self._torch_device.type != "cpu")
             out.append(value)
         return out
 

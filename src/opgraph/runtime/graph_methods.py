@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from ..core.errors import FeedError, GraphError
@@ -67,7 +68,9 @@ class RuntimeMethods(GraphCore):
         [2.0, 4.0]
         """
         feeds = feeds or {}
-        values = [v if isinstance(v, torch.Tensor) else to_torch(v, t.dtype if isinstance(t, Tensor) else None)
+        # lists and scalars take the placeholder's dtype; arrays keep theirs (a mismatch is an error)
+        values = [v if isinstance(v, torch.Tensor) else
+                  to_torch(v, None if isinstance(v, np.ndarray | np.generic) or not isinstance(t, Tensor) else t.dtype)
                   for t, v in feeds.items()]
         dev = _default_device() if device is None else get_device(device)
         desc = descriptor or _DEFAULT_DESCRIPTOR
