@@ -45,7 +45,10 @@ def _broadcast_like_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
     x, ref = ins
     if x.rank > ref.rank:
         raise ShapeError(f"cannot broadcast rank {x.rank} to rank {ref.rank}")
-    return TensorType(broadcast_shapes(x.shape, ref.shape), x.dtype)
+    out = broadcast_shapes(x.shape, ref.shape)
+    if any(o is not None and r is not None and o != r for o, r in zip(out, ref.shape, strict=True)):
+        raise ShapeError(f"cannot broadcast shape {x.shape} to shape {ref.shape}")
+    return TensorType(ref.shape, x.dtype)
 
 
 BROADCAST_LIKE = OpDef("broadcast_like", infer=_broadcast_like_rule,
