@@ -31,6 +31,23 @@ def _samples(kwargs: dict[str, Any] | None = None) -> Callable[[np.random.Genera
     return samples
 
 
+def _grad_samples(kinks: tuple[float, ...], kwargs: dict[str, Any] | None = None
+                  ) -> Callable[[np.random.Generator], list[Sample]]:
+    """float64 samples kept at least 0.05 away from the kinks (and jumps), where finite differences fail."""
+    kw = kwargs or {}
+
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        out = []
+        for shape in ((3, 4), (6,)):
+            v = rng.uniform(-8, 8, shape)
+            for k in kinks:
+                v = np.where(np.abs(v - k) < 0.05, v + 0.1, v)
+            out.append(Sample([v], dict(kw), f"float64-rank{len(shape)}"))
+        return out
+
+    return samples
+
+
 def _wide(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Evaluate the oracle in float64 and round once to the input's dtype."""
 
@@ -76,32 +93,36 @@ def _hard_sigmoid(x: np.ndarray, alpha: float = 0.2, beta: float = 0.5) -> np.nd
 
 
 def _record(method: str, op: Any, oracle: Callable[..., Any], kwargs: dict[str, Any] | None = None,
-            errors: list[ErrorCase] | None = None, suffix: str = "") -> OpInfo:
+            errors: list[ErrorCase] | None = None, suffix: str = "", kinks: tuple[float, ...] = ()) -> OpInfo:
     return OpInfo(method + suffix, (op,), lambda g, x, **kw: getattr(g, method)(x, **kw), _samples(kwargs),
-                  _wide(oracle), errors=_errors(method, **(kwargs or {})) + (errors or []))
+                  _wide(oracle), errors=_errors(method, **(kwargs or {})) + (errors or []),
+                  grad_samples=_grad_samples(kinks, kwargs) if kinks else None)
 
 
 RECORDS = [
-    _record("relu", act.RELU, lambda x: np.maximum(x, 0)),
-    _record("relu6", act.RELU6, lambda x: np.clip(x, 0, 6)),
+    _record("relu", act.RELU, lambda x: np.maximum(x, 0), kinks=(0.0,)),
+    _record("relu6", act.RELU6, lambda x: np.clip(x, 0, 6), kinks=(0.0, 6.0)),
     _record("leaky_relu", act.LEAKY_RELU, lambda x: np.where(x >= 0, x, 0.01 * x),
             errors=[_bad_attr("leaky_relu", "alpha", alpha=float("nan")),
-                    _bad_attr("leaky_relu", "alpha", alpha="0.1")]),
+                    _bad_attr("leaky_relu", "alpha", alpha="0.1")], kinks=(0.0,)),
     _record("leaky_relu", act.LEAKY_RELU, lambda x, alpha: np.where(x >= 0, x, alpha * x), {"alpha": 0.2},
-            suffix="-alpha"),
-    _record("elu", act.ELU, _elu, errors=[_bad_attr("elu", "alpha", alpha=float("inf"))]),
-    _record("elu", act.ELU, _elu, {"alpha": 0.5}, suffix="-alpha"),
+            suffix="-alpha", kinks=(0.0,)),
+    _record("elu", act.ELU, _elu, errors=[_bad_attr("elu", "alpha", alpha=float("inf"))], kinks=(0.0,)),
+    _record("elu", act.ELU, _elu, {"alpha": 0.5}, suffix="-alpha", kinks=(0.0,)),
     _record("gelu", act.GELU, _gelu, errors=[_bad_attr("gelu", "GeluApproximation", approximate="tanh")]),
     _record("gelu", act.GELU, _gelu, {"approximate": act.GeluApproximation.TANH}, suffix="-tanh"),
     _record("gelu", act.GELU, _gelu, {"approximate": True}, suffix="-true"),
     _record("silu", act.SILU, lambda x: x * _sigmoid(x)),
     _record("sigmoid", act.SIGMOID, _sigmoid),
-    _record("hard_sigmoid", act.HARD_SIGMOID, _hard_sigmoid, errors=[_bad_attr("hard_sigmoid", "beta", beta=None)]),
-    _record("hard_sigmoid", act.HARD_SIGMOID, _hard_sigmoid, {"alpha": 1 / 6, "beta": 0.5}, suffix="-torch"),
+    _record("hard_sigmoid", act.HARD_SIGMOID, _hard_sigmoid, errors=[_bad_attr("hard_sigmoid", "beta", beta=None)],
+            kinks=(-2.5, 2.5)),
+    _record("hard_sigmoid", act.HARD_SIGMOID, _hard_sigmoid, {"alpha": 1 / 6, "beta": 0.5}, suffix="-torch",
+            kinks=(-3.0, 3.0)),
     _record("softplus", act.SOFTPLUS, _softplus,
             errors=[_bad_attr("softplus", "beta must be positive", beta=0.0),
                     _bad_attr("softplus", "threshold", threshold=float("nan"))]),
-    _record("softplus", act.SOFTPLUS, _softplus, {"beta": 2.0, "threshold": 5.0}, suffix="-beta"),
+    _record("softplus", act.SOFTPLUS, _softplus, {"beta": 2.0, "threshold": 5.0}, suffix="-beta",
+            kinks=(2.5,)),  # the small jump at beta * x == threshold
     _record("softsign", act.SOFTSIGN, lambda x: x / (1 + np.abs(x))),
     _record("mish", act.MISH, lambda x: x * np.tanh(np.logaddexp(0.0, x))),
 ]

@@ -93,6 +93,20 @@ def _div_no_nan(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(y == 0, 0, q).astype(np.result_type(x, y))
 
 
+def _div_no_nan_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    # finite differences are meaningless across y == 0: see division_no_nan-zero-divisor for the x gradient there
+    signs = np.array([1, -1, 1, -1])
+    return [Sample([rand(rng, (3, 4), np.float64), rand(rng, (4,), np.float64, 0.5, 2) * signs], desc="bcast"),
+            Sample([rand(rng, (5,), np.float64), rand(rng, (5,), np.float64, 0.5, 2)], desc="same-shape")]
+
+
+ZERO_DIVISORS = np.array([0.0, 2.0, 0.0, -0.5])
+
+
+def _div_no_nan_zero_divisor_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (3, 4), dt)], desc=np.dtype(dt).name) for dt in (np.float32, np.float64, np.float16)]
+
+
 def _mod_samples(rng: np.random.Generator) -> list[Sample]:
     out = []
     for dt in (np.float32, np.float64, np.float16):
@@ -119,6 +133,14 @@ def _power_samples(rng: np.random.Generator) -> list[Sample]:
         out.append(Sample([rand(rng, (2, 4), dt, -3, 4), rand(rng, (4,), dt, 0, 4)], desc=f"{np.dtype(dt).name}"))
     out.append(Sample([rand(rng, (3,), np.complex64, -1, 1), rand(rng, (3,), np.complex64, -1, 1)], desc="complex64"))
     return out
+
+
+def _power_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    # a positive base (the y-gradient of x ** y needs log x); exponents include 0 and integers
+    y = rand(rng, (4,), np.float64, -2, 2)
+    y[:2] = [0.0, 2.0]
+    return [Sample([rand(rng, (3, 4), np.float64, 0.1, 3), y], desc="bcast-int-exponents"),
+            Sample([rand(rng, (5,), np.float64, 0.1, 3), rand(rng, (5,), np.float64, -2, 2)], desc="same-shape")]
 
 
 def _power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -154,6 +176,15 @@ def _minmax_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
+def _minmax_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    # x and y on grids offset by 0.2, so they never tie (a tie's gradient goes to x)
+    def grid(shape: tuple[int, ...], offset: float) -> np.ndarray:
+        return rng.integers(-6, 6, shape) * 0.5 + offset
+
+    return [Sample([grid((3, 1), 0.1), grid((4,), 0.3)], desc="bcast"),
+            Sample([grid((2, 3), 0.3), grid((2, 3), 0.1)], desc="same-shape")]
+
+
 def _atan2_samples(rng: np.random.Generator) -> list[Sample]:
     out = [Sample([rand(rng, (3, 4), dt, -3, 3), rand(rng, (4,), dt, -3, 3)], desc=np.dtype(dt).name)
            for dt in (np.float32, np.float64, np.float16)]
@@ -170,25 +201,31 @@ def _wrong(method: str, dtype: og.DType) -> ErrorCase:
 
 RECORDS += [
     OpInfo("division_no_nan", (ew.DIVISION_NO_NAN,), lambda g, x, y: g.division_no_nan(x, y), _div_no_nan_samples,
-           _div_no_nan, errors=[_bad_broadcast("division_no_nan"), _wrong("division_no_nan", og.bool_)]),
+           _div_no_nan, errors=[_bad_broadcast("division_no_nan"), _wrong("division_no_nan", og.bool_)],
+           grad_samples=_div_no_nan_grad_samples),
+    OpInfo("division_no_nan-zero-divisor", (ew.DIVISION_NO_NAN,),
+           lambda g, x: g.division_no_nan(x, g.constant(ZERO_DIVISORS, x.dtype)), _div_no_nan_zero_divisor_samples,
+           lambda x: _div_no_nan(x, ZERO_DIVISORS.astype(x.dtype))),
     OpInfo("modulo", (ew.MODULO,), lambda g, x, y: g.modulo(x, y), _mod_samples, _fmod,
            errors=[_wrong("modulo", og.complex64), _wrong("modulo", og.bool_)]),
     OpInfo("floor_modulo", (ew.FLOOR_MODULO,), lambda g, x, y: x % y, _mod_samples, _floor_mod,
            errors=[_wrong("floor_modulo", og.complex64), _bad_broadcast("floor_modulo")]),
     OpInfo("power", (ew.POWER,), lambda g, x, y: x**y, _power_samples, _power,
-           errors=[_wrong("power", og.bool_)], tol={torch.complex64: (1e-4, 1e-5)}),
+           errors=[_wrong("power", og.bool_)], tol={torch.complex64: (1e-4, 1e-5)}, grad_samples=_power_grad_samples),
     OpInfo("power-scalar", (ew.POWER,), lambda g, x: [x**2, 2**x, g.power(x, 0.5)],
            lambda rng: [Sample([rand(rng, (4,), np.float32, 0.1, 3)], desc="float32"),
                         Sample([rand(rng, (4,), np.int32, 0, 5)], desc="int32")],
            lambda x: [x**2, 2**x, np.sqrt(x.astype(np.float32))]),
     OpInfo("maximum", (ew.MAXIMUM,), lambda g, x, y: g.maximum(x, y), _minmax_samples, np.fmax,
-           errors=[_wrong("maximum", og.complex64), _wrong("maximum", og.bool_)]),
+           errors=[_wrong("maximum", og.complex64), _wrong("maximum", og.bool_)], grad_samples=_minmax_grad_samples),
     OpInfo("minimum", (ew.MINIMUM,), lambda g, x, y: g.minimum(x, y), _minmax_samples, np.fmin,
-           errors=[_wrong("minimum", og.complex64)]),
+           errors=[_wrong("minimum", og.complex64)], grad_samples=_minmax_grad_samples),
     OpInfo("maximum_with_nan_propagation", (ew.MAXIMUM_NAN,), lambda g, x, y: g.maximum_with_nan_propagation(x, y),
-           _minmax_samples, np.maximum, errors=[_wrong("maximum_with_nan_propagation", og.complex64)]),
+           _minmax_samples, np.maximum, errors=[_wrong("maximum_with_nan_propagation", og.complex64)],
+           grad_samples=_minmax_grad_samples),
     OpInfo("minimum_with_nan_propagation", (ew.MINIMUM_NAN,), lambda g, x, y: g.minimum_with_nan_propagation(x, y),
-           _minmax_samples, np.minimum, errors=[_bad_broadcast("minimum_with_nan_propagation")]),
+           _minmax_samples, np.minimum, errors=[_bad_broadcast("minimum_with_nan_propagation")],
+           grad_samples=_minmax_grad_samples),
     OpInfo("atan2", (ew.ATAN2,), lambda g, y, x: g.atan2(y, x), _atan2_samples,
            lambda y, x: np.arctan2(y.astype(np.float64), x.astype(np.float64)).astype(y.dtype),
            errors=[_wrong("atan2", og.int32), _wrong("atan2", og.complex64)]),

@@ -166,6 +166,13 @@ def _clamp_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
+def _clamp_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    # random values never tie with the bounds; with crossed bounds the result (and gradient) is max_value
+    return [Sample([rand(rng, (3, 4), np.float64, -5, 5), rand(rng, (4,), np.float64, -3, 0),
+                    rand(rng, (3, 1), np.float64, 0, 3)], desc="bcast"),
+            Sample([np.array([-1.0, 0.5, 1.5, 4.0]), np.array([2.0]), np.array([1.0])], desc="crossed-bounds")]
+
+
 def _clamp_oracle(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.minimum(np.maximum(x, lo), hi)
 
@@ -187,7 +194,8 @@ SELECT_CLAMP = [
                    ErrorCase(lambda g: g.clamp(g.placeholder((2,), og.bool_), False, True), og.DTypeError, "bool",
                              "bool"),
                    ErrorCase(lambda g: g.clamp(g.placeholder((2,), og.complex64), 0.0, 1.0), og.DTypeError,
-                             "complex64", "complex")]),
+                             "complex64", "complex")],
+           grad_samples=_clamp_grad_samples),
     OpInfo("clamp-scalars", (ew.CLAMP,), lambda g, x: g.clamp(x, -1, 1.5),
            lambda rng: [Sample([rand(rng, (5,), np.float16, -3, 3)], desc="float16"),
                         Sample([rand(rng, (5,), np.int32, -3, 3)], desc="int32-to-float32")],

@@ -119,6 +119,15 @@ def _rounding_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
+def _rounding_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    # fractions kept away from 0 and 0.5, where the roundings jump
+    def values(shape: tuple[int, ...]) -> np.ndarray:
+        frac = rng.choice([0.15, 0.35, 0.65, 0.85], shape) + rng.uniform(-0.05, 0.05, shape)
+        return rng.integers(-5, 5, shape) + frac
+
+    return [Sample([values((3, 5))], desc="float64"), Sample([values((4,))], desc="float64-vector")]
+
+
 def _round_half_away(x: np.ndarray) -> np.ndarray:
     def one(v: float) -> float:
         return float(Decimal(v).quantize(Decimal(1), ROUND_HALF_UP)) if math.isfinite(v) else v
@@ -128,7 +137,8 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
 
 def _rounding_record(method: str, op: OpDef, oracle: Callable[..., Any]) -> OpInfo:
     return OpInfo(method, (op,), lambda g, x: getattr(g, method)(x), _rounding_samples, oracle,
-                  errors=[_wrong_dtype(method, og.int32), _wrong_dtype(method, og.complex64)])
+                  errors=[_wrong_dtype(method, og.int32), _wrong_dtype(method, og.complex64)],
+                  grad_samples=_rounding_grad_samples)
 
 
 ROUNDING = [

@@ -20,7 +20,10 @@ from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs, direct
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp, direct
+
+# gradient rules build graph ops that have rules themselves, so second derivatives work
+Grads = tuple[Tensor | None, ...]
 
 
 def _float_rule(a: Any, ins: tuple[TensorType, ...]) -> TensorType:
@@ -56,6 +59,47 @@ SOFTSIGN = activation("softsign", F.softsign, "x / (1 + |x|)")
 MISH = activation("mish", F.mish, "x * tanh(softplus(x))")
 
 
+def _mask(g: Any, ct: Tensor, keep: Tensor) -> Tensor:
+    return g.select(keep, ct, g.zeros_like(ct))
+
+
+@defvjp(RELU)
+def _relu_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (_mask(g, ct[0], g.greater(op.inputs[0], 0)),)  # 0 at the kink x == 0
+
+
+@defvjp(RELU6)
+def _relu6_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]  # 0 at both kinks
+    return (_mask(g, ct[0], g.logical_and(g.greater(x, 0), g.less(x, 6))),)
+
+
+@defvjp(SIGMOID)
+def _sigmoid_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    s = op.outputs[0]
+    return (g.multiply(ct[0], g.multiply(s, g.subtract(1.0, s))),)
+
+
+@defvjp(SILU)
+def _silu_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]  # (x s)' = s (1 + x (1 - s))
+    s = g.sigmoid(x)
+    return (g.multiply(ct[0], g.multiply(s, g.add(g.multiply(x, g.subtract(1.0, s)), 1.0))),)
+
+
+@defvjp(SOFTSIGN)
+def _softsign_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], g.square(g.add(g.abs(op.inputs[0]), 1.0))),)
+
+
+@defvjp(MISH)
+def _mish_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]  # (x t)' = t + x (1 - t^2) sigmoid(x), t = tanh(softplus(x))
+    t = g.tanh(g.softplus(x))
+    dt = g.multiply(g.multiply(x, g.subtract(1.0, g.square(t))), g.sigmoid(x))
+    return (g.multiply(ct[0], g.add(t, dt)),)
+
+
 # ---- with a slope or scale ---------------------------------------------------------------------------
 @attrs
 class AlphaAttrs:
@@ -71,6 +115,19 @@ LEAKY_RELU = activation("leaky_relu", doc="x where x >= 0, else alpha * x", attr
                         lower=lambda ctx: lambda x: F.leaky_relu(x, ctx.attrs.alpha))
 ELU = activation("elu", doc="x where x > 0, else alpha * (exp(x) - 1)", attrs=AlphaAttrs, rule=_alpha_rule,
                  lower=lambda ctx: lambda x: F.elu(x, ctx.attrs.alpha))
+
+
+@defvjp(LEAKY_RELU)
+def _leaky_relu_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    # slope 1 at x == 0, the branch the forward takes
+    return (g.select(g.greater_equal(op.inputs[0], 0), ct[0], g.multiply(ct[0], op.attrs.alpha)),)
+
+
+@defvjp(ELU)
+def _elu_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    # alpha exp(x) = out + alpha for x <= 0: from the output, so no exp(x) overflows on the other branch
+    x, out = op.inputs[0], op.outputs[0]
+    return (g.select(g.greater(x, 0), ct[0], g.multiply(ct[0], g.add(out, op.attrs.alpha))),)
 
 
 @serializable
@@ -100,6 +157,23 @@ def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 GELU = activation("gelu", doc="x * Phi(x), Phi the standard normal CDF (erf, or the tanh approximation)",
                   attrs=GeluAttrs, rule=_gelu_rule, lower=_gelu_lower)
+_GELU_C = math.sqrt(2 / math.pi)  # the tanh form: 0.5 x (1 + tanh(c (x + k x^3)))
+_GELU_K = 0.044715
+
+
+@defvjp(GELU)
+def _gelu_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]
+    if op.attrs.approximate is GeluApproximation.TANH:
+        x2 = g.square(x)
+        t = g.tanh(g.multiply(g.multiply(x, g.add(g.multiply(x2, _GELU_K), 1.0)), _GELU_C))
+        du = g.multiply(g.add(g.multiply(x2, 3 * _GELU_K), 1.0), _GELU_C)  # d/dx of tanh's argument
+        d = g.multiply(g.add(g.add(t, 1.0), g.multiply(g.multiply(x, g.subtract(1.0, g.square(t))), du)), 0.5)
+    else:  # Phi(x) + x phi(x)
+        cdf = g.multiply(g.add(g.erf(g.multiply(x, 1 / math.sqrt(2))), 1.0), 0.5)
+        pdf = g.multiply(g.exp(g.multiply(g.square(x), -0.5)), 1 / math.sqrt(2 * math.pi))
+        d = g.add(cdf, g.multiply(x, pdf))
+    return (g.multiply(ct[0], d),)
 
 
 @attrs
@@ -123,6 +197,13 @@ HARD_SIGMOID = activation("hard_sigmoid", doc="max(0, min(1, alpha * x + beta))"
                           rule=_hard_sigmoid_rule, lower=_hard_sigmoid_lower)
 
 
+@defvjp(HARD_SIGMOID)
+def _hard_sigmoid_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    out = op.outputs[0]  # slope alpha strictly inside (0, 1); 0 on the flat parts and at the kinks
+    inside = g.logical_and(g.greater(out, 0), g.less(out, 1))
+    return (_mask(g, g.multiply(ct[0], op.attrs.alpha), inside),)
+
+
 @attrs
 class SoftplusAttrs:
     beta: float = 1.0
@@ -139,6 +220,12 @@ def _softplus_rule(a: SoftplusAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 SOFTPLUS = activation("softplus", doc="log(1 + exp(beta * x)) / beta; x itself where beta * x > threshold",
                       attrs=SoftplusAttrs, rule=_softplus_rule,
                       lower=lambda ctx: lambda x: F.softplus(x, ctx.attrs.beta, ctx.attrs.threshold))
+
+
+@defvjp(SOFTPLUS)
+def _softplus_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    bx = g.multiply(op.inputs[0], op.attrs.beta)  # sigmoid(beta x); 1 where the forward returns x itself
+    return (g.select(g.greater(bx, op.attrs.threshold), ct[0], g.multiply(ct[0], g.sigmoid(bx))),)
 
 
 class ActivationBuilders(GraphCore):

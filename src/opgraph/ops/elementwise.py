@@ -23,7 +23,7 @@ from ..core.dtype import (
 )
 from ..core.errors import DTypeError, ShapeError
 from ..core.types import TensorType
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Tensor, is_python_scalar
 from ._rules import broadcast_types, expect_arity, expect_dtype, same_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp, direct
 from .unary import REAL
@@ -99,6 +99,110 @@ MINIMUM_NAN = binary("minimum_with_nan_propagation", torch.minimum, "smaller of 
 ATAN2 = binary("atan2", torch.atan2, "angle of the point (y=x0, x=x1): atan2(x0, x1)",
                allowed=FLOAT_DTYPES)
 
+
+# ---- gradients of the arithmetic ops (each input's gradient is summed back to its shape) ---------
+Grads = tuple[Tensor | None, ...]
+
+
+def _unbroadcast(g: Any, ct: Tensor, x: Tensor) -> Tensor:
+    return g.sum_to(ct, x)
+
+
+@defvjp(ADD)
+def _add_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _unbroadcast(g, ct[0], x), _unbroadcast(g, ct[0], y)
+
+
+@defvjp(SUBTRACT)
+def _subtract_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _unbroadcast(g, ct[0], x), _unbroadcast(g, g.negative(ct[0]), y)
+
+
+@defvjp(MULTIPLY)
+def _multiply_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _unbroadcast(g, g.multiply(ct[0], y), x), _unbroadcast(g, g.multiply(ct[0], x), y)
+
+
+@defvjp(DIVIDE)
+def _divide_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    gx = g.divide(ct[0], y)  # d/dy = -x / y^2 = -(ct / y) * (x / y), reusing the result
+    return _unbroadcast(g, gx, x), _unbroadcast(g, g.negative(g.multiply(gx, op.outputs[0])), y)
+
+
+@defvjp(DIVISION_NO_NAN)
+def _division_no_nan_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs  # both gradients are 0 where y == 0, like the result
+    gx = g.division_no_nan(ct[0], y)
+    return _unbroadcast(g, gx, x), _unbroadcast(g, g.negative(g.multiply(gx, op.outputs[0])), y)
+
+
+@defvjp(MODULO, FLOOR_MODULO)
+def _modulo_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    # x - q * y with q = trunc(x / y) (modulo) or floor(x / y) (floor_modulo); q read back from the
+    # result so it matches the forward exactly; it is piecewise constant (zero gradient)
+    x, y = op.inputs
+    q = g.rint(g.divide(g.subtract(x, op.outputs[0]), y))
+    return _unbroadcast(g, ct[0], x), _unbroadcast(g, g.negative(g.multiply(ct[0], q)), y)
+
+
+@defvjp(POWER)
+def _power_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    out, zero = op.outputs[0], g.zeros_like(ct[0])
+    # d/dx = y x^(y-1), taken as 0 where y == 0 (x^0 is constant, also at x == 0)
+    dx = g.select(g.equal(y, 0), zero, g.multiply(y, g.power(x, g.subtract(y, 1))))
+    if x.dtype.is_complex:
+        dy = g.multiply(out, g.log(x))
+    else:  # d/dy = x^y log(x); 0 where x <= 0 (no real derivative there), with a safe log for second order
+        positive = g.greater(x, 0)
+        dy = g.select(positive, g.multiply(out, g.log(g.select(positive, x, g.ones_like(x)))), zero)
+    return _unbroadcast(g, g.multiply(ct[0], dx), x), _unbroadcast(g, g.multiply(ct[0], dy), y)
+
+
+def _pick(g: Any, op: Any, ct: Tensor, to_x: Tensor) -> Grads:
+    """The cotangent to x where ``to_x`` holds, to y elsewhere."""
+    x, y = op.inputs
+    zero = g.zeros_like(ct)
+    return _unbroadcast(g, g.select(to_x, ct, zero), x), _unbroadcast(g, g.select(to_x, zero, ct), y)
+
+
+# maximum / minimum: on a tie the whole gradient goes to the first operand x; a NaN operand that the
+# result ignores (maximum, minimum) gets none, one that it propagates (the _nan variants) gets it all
+@defvjp(MAXIMUM)
+def _maximum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _pick(g, op, ct[0], g.logical_or(g.greater_equal(x, y), g.isnan(y)))
+
+
+@defvjp(MINIMUM)
+def _minimum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _pick(g, op, ct[0], g.logical_or(g.less_equal(x, y), g.isnan(y)))
+
+
+@defvjp(MAXIMUM_NAN)
+def _maximum_nan_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _pick(g, op, ct[0], g.logical_or(g.greater_equal(x, y), g.isnan(x)))
+
+
+@defvjp(MINIMUM_NAN)
+def _minimum_nan_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    return _pick(g, op, ct[0], g.logical_or(g.less_equal(x, y), g.isnan(x)))
+
+
+@defvjp(ATAN2)
+def _atan2_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    a, b = op.inputs  # atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2)
+    scaled = g.divide(ct[0], g.add(g.square(a), g.square(b)))
+    return _unbroadcast(g, g.multiply(scaled, b), a), _unbroadcast(g, g.negative(g.multiply(scaled, a)), b)
+
+
 # ---- comparisons (after promotion; bool result) ------------------------------------------------
 _ORDERED = REAL + (bool_,)
 EQUAL = binary("equal", torch.eq, "x == y", result=bool_, numeric=True, boolean=True)
@@ -153,6 +257,25 @@ CLAMP = OpDef("clamp", infer=_clamp_rule, lower=direct(_clamp), fusion=ELEMENTWI
               doc="min(max(x, min_value), max_value), broadcast")
 
 
+@defvjp(SELECT)
+def _select_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    p, a, b = op.inputs
+    zero = g.zeros_like(ct[0])
+    return None, _unbroadcast(g, g.select(p, ct[0], zero), a), _unbroadcast(g, g.select(p, zero, ct[0]), b)
+
+
+@defvjp(CLAMP)
+def _clamp_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    # min(max(x, lo), hi): x where lo <= x <= hi (ties go to x); lo where x < lo <= hi; hi where it binds
+    # (x > hi, or crossed bounds lo > hi, where the result is hi)
+    x, lo, hi = op.inputs
+    zero = g.zeros_like(ct[0])
+    to_x = g.logical_and(g.greater_equal(x, lo), g.less_equal(x, hi))
+    to_lo = g.logical_and(g.less(x, lo), g.less_equal(lo, hi))
+    to_hi = g.logical_or(g.greater(x, hi), g.greater(lo, hi))
+    return tuple(_unbroadcast(g, g.select(m, ct[0], zero), t) for m, t in ((to_x, x), (to_lo, lo), (to_hi, hi)))
+
+
 # ---- cast, reinterpret_cast ------------------------------------------------------------------------
 @attrs
 class CastAttrs:
@@ -176,38 +299,8 @@ CAST = OpDef("cast", infer=_cast_rule, lower=_cast_lower, attrs=CastAttrs, fusio
              doc="convert values to another dtype (float to int truncates toward zero)")
 
 
-# ---- gradients of the arithmetic core (results are summed back to each input's shape) -----------
-def _unbroadcast(g: Any, ct: Tensor, x: Tensor) -> Tensor:
-    return g.sum_to(ct, x)
-
-
-@defvjp(ADD)
-def _add_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    x, y = op.inputs
-    return _unbroadcast(g, ct[0], x), _unbroadcast(g, ct[0], y)
-
-
-@defvjp(SUBTRACT)
-def _subtract_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    x, y = op.inputs
-    return _unbroadcast(g, ct[0], x), _unbroadcast(g, g.negative(ct[0]), y)
-
-
-@defvjp(MULTIPLY)
-def _multiply_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    x, y = op.inputs
-    return _unbroadcast(g, g.multiply(ct[0], y), x), _unbroadcast(g, g.multiply(ct[0], x), y)
-
-
-@defvjp(DIVIDE)
-def _divide_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    x, y = op.inputs
-    gx = g.divide(ct[0], y)
-    return _unbroadcast(g, gx, x), _unbroadcast(g, g.negative(g.multiply(gx, g.divide(x, y))), y)
-
-
 @defvjp(CAST)
-def _cast_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+def _cast_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
     x = op.inputs[0]
     return (g.cast(ct[0], x.dtype) if (x.dtype.is_floating or x.dtype.is_complex) else None,)
 
@@ -255,6 +348,7 @@ class ElementwiseBuilders(GraphCore):
 
     def _operands(self, values: Sequence[Any]) -> list[Tensor]:
         """Tensors of one promoted dtype from tensors and weak Python scalars."""
+        values = [v if isinstance(v, Tensor) or is_python_scalar(v) else self._as_tensor(v) for v in values]
         tensors = [v for v in values if isinstance(v, Tensor)]
         if tensors:
             dt = tensors[0].dtype

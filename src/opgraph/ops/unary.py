@@ -6,18 +6,22 @@ integers instead of casting them silently; cast first (``g.cast(x, og.float32)``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from ..core.dtype import FLOAT_DTYPES, INT_DTYPES, DType, bool_, float32, float64
+from ..core.errors import GraphError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
 from .registry import FusionKind, LowerContext, OpDef, defvjp, direct
 
 REAL = INT_DTYPES + FLOAT_DTYPES  # numeric without complex
+# gradient rules return ct * f'(x) built from graph ops that have rules themselves (so second order works)
+Grads = tuple[Tensor | None, ...]
 
 
 def unary_rule(*, result: DType | None = None, floating: bool = False, integer: bool = False,
@@ -67,25 +71,79 @@ SIGN = unary("sign", _sign, "-1, 0 or 1 by the sign of x (NaN for NaN)", allowed
 SQUARE = unary("square", torch.square, "x * x", numeric=True)
 RECIPROCAL = unary("reciprocal", torch.reciprocal, "1 / x", **FLOAT)
 
-# ---- exponentials, logarithms, powers ------------------------------------------------------
-EXP = unary("exp", torch.exp, "e ** x", **FLOAT)
+
+@defvjp(ABS)
+def _abs_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]
+    if x.dtype.is_complex:
+        raise GraphError("gradients: abs of a complex tensor has no gradient rule yet")
+    return (g.multiply(ct[0], g.sign(x)),)  # the subgradient 0 at x == 0
 
 
 @defvjp(NEGATIVE)
-def _negative_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+def _negative_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
     return (g.negative(ct[0]),)
 
 
-@defvjp(EXP)
-def _exp_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    return (g.multiply(ct[0], op.outputs[0]),)
+@defvjp(SIGN)
+def _sign_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (None,)  # piecewise constant: zero gradient
 
+
+@defvjp(SQUARE)
+def _square_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.multiply(op.inputs[0], 2.0)),)
+
+
+@defvjp(RECIPROCAL)
+def _reciprocal_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.negative(g.multiply(ct[0], g.square(op.outputs[0]))),)
+
+
+# ---- exponentials, logarithms, powers ------------------------------------------------------
+EXP = unary("exp", torch.exp, "e ** x", **FLOAT)
 EXP2 = unary("exp2", torch.exp2, "2 ** x", **FLOAT)
 LOG = unary("log", torch.log, "natural logarithm", **FLOAT)
 LOG2 = unary("log2", torch.log2, "base-2 logarithm", **FLOAT)
 LOG10 = unary("log10", torch.log10, "base-10 logarithm", **FLOAT)
 SQRT = unary("sqrt", torch.sqrt, "square root", **FLOAT)
 RSQRT = unary("rsqrt", torch.rsqrt, "1 / sqrt(x)", **FLOAT)
+
+
+@defvjp(EXP)
+def _exp_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], op.outputs[0]),)
+
+
+@defvjp(EXP2)
+def _exp2_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.multiply(op.outputs[0], math.log(2.0))),)
+
+
+@defvjp(LOG)
+def _log_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], op.inputs[0]),)
+
+
+@defvjp(LOG2)
+def _log2_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], g.multiply(op.inputs[0], math.log(2.0))),)
+
+
+@defvjp(LOG10)
+def _log10_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], g.multiply(op.inputs[0], math.log(10.0))),)
+
+
+@defvjp(SQRT)
+def _sqrt_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], g.multiply(op.outputs[0], 2.0)),)
+
+
+@defvjp(RSQRT)
+def _rsqrt_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    r = op.outputs[0]  # d/dx x^(-1/2) = -r^3 / 2
+    return (g.multiply(ct[0], g.multiply(g.multiply(g.square(r), r), -0.5)),)
 
 # ---- trigonometric and hyperbolic ----------------------------------------------------------
 SIN = unary("sin", torch.sin, "sine", **FLOAT)
@@ -103,6 +161,77 @@ ATANH = unary("atanh", torch.atanh, "inverse hyperbolic tangent", **FLOAT)
 ERF = unary("erf", torch.erf, "Gauss error function", **REAL_FLOAT)
 
 
+def _one_minus_square(g: Any, x: Tensor) -> Tensor:
+    return g.subtract(1.0, g.square(x))
+
+
+@defvjp(SIN)
+def _sin_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.cos(op.inputs[0])),)
+
+
+@defvjp(COS)
+def _cos_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.negative(g.multiply(ct[0], g.sin(op.inputs[0]))),)
+
+
+@defvjp(TAN)
+def _tan_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.add(g.square(op.outputs[0]), 1.0)),)
+
+
+@defvjp(ASIN)
+def _asin_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.rsqrt(_one_minus_square(g, op.inputs[0]))),)
+
+
+@defvjp(ACOS)
+def _acos_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.negative(g.multiply(ct[0], g.rsqrt(_one_minus_square(g, op.inputs[0])))),)
+
+
+@defvjp(ATAN)
+def _atan_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], g.add(g.square(op.inputs[0]), 1.0)),)
+
+
+@defvjp(SINH)
+def _sinh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.cosh(op.inputs[0])),)
+
+
+@defvjp(COSH)
+def _cosh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.sinh(op.inputs[0])),)
+
+
+@defvjp(TANH)
+def _tanh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], _one_minus_square(g, op.outputs[0])),)
+
+
+@defvjp(ASINH)
+def _asinh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.multiply(ct[0], g.rsqrt(g.add(g.square(op.inputs[0]), 1.0))),)
+
+
+@defvjp(ACOSH)
+def _acosh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]  # 1 / (sqrt(x - 1) sqrt(x + 1)): also the principal branch for complex x
+    return (g.multiply(ct[0], g.multiply(g.rsqrt(g.subtract(x, 1.0)), g.rsqrt(g.add(x, 1.0)))),)
+
+
+@defvjp(ATANH)
+def _atanh_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (g.divide(ct[0], _one_minus_square(g, op.inputs[0])),)
+
+
+@defvjp(ERF)
+def _erf_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    x = op.inputs[0]
+    return (g.multiply(ct[0], g.multiply(g.exp(g.negative(g.square(x))), 2.0 / math.sqrt(math.pi))),)
+
+
 # ---- rounding --------------------------------------------------------------------------------
 def _round_half_away(x: torch.Tensor) -> torch.Tensor:
     t = torch.trunc(x)  # x - trunc(x) is exact, so ties are detected exactly
@@ -114,6 +243,11 @@ CEIL = unary("ceil", torch.ceil, "round toward +inf", **REAL_FLOAT)
 ROUND = unary("round", _round_half_away, "round to nearest, ties away from zero (MPSGraph round)", **REAL_FLOAT)
 RINT = unary("rint", torch.round, "round to nearest, ties to even", **REAL_FLOAT)
 TRUNCATE = unary("truncate", torch.trunc, "round toward zero", **REAL_FLOAT)
+
+
+@defvjp(FLOOR, CEIL, ROUND, RINT, TRUNCATE)
+def _rounding_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Grads:
+    return (None,)  # piecewise constant: zero gradient (undefined at the jumps)
 
 # ---- predicates --------------------------------------------------------------------------------
 ISNAN = unary("isnan", torch.isnan, "x is NaN", result=bool_, numeric=True)
