@@ -249,3 +249,13 @@ def test_numpy_feed_of_wrong_dtype_is_an_error() -> None:
         g.run({x: np.zeros((2, 3))}, [y])
     (r,) = g.run({x: [[0.0, 0.0, 0.0]]}, [y])  # a list takes the placeholder's dtype
     assert r.dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [og.int8, og.int16, og.int32, og.int64])
+def test_integer_min_divided_by_minus_one_wraps(dtype: og.DType) -> None:
+    # the CPU kernel traps on INT_MIN / -1 (SIGFPE kills the process); C/NumPy wrap to INT_MIN
+    lo = int(torch.iinfo(dtype.torch_dtype).min)
+    g = og.Graph()
+    x = g.placeholder((2,), dtype)
+    q, r = g.run({x: [lo, 7]}, [g.divide(x, -1), g.division_no_nan(x, -1)])
+    assert q.tolist() == [lo, -7] and r.tolist() == [lo, -7]

@@ -69,12 +69,15 @@ MULTIPLY = binary("multiply", torch.mul, "x * y", **ARITH)
 
 
 def _trunc_div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.div(x, y, rounding_mode="trunc")
+    # INT_MIN / -1 traps (SIGFPE) in the CPU kernel: divide by 1 there and negate (wrapping, as C)
+    minus_one = y == -1
+    q = torch.div(x, torch.where(minus_one, 1, y), rounding_mode="trunc")
+    return torch.where(minus_one, torch.neg(q), q)
 
 
 def _div_no_nan_int(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     zero = y == 0
-    return torch.where(zero, 0, torch.div(x, torch.where(zero, 1, y), rounding_mode="trunc"))
+    return torch.where(zero, 0, _trunc_div(x, torch.where(zero, 1, y)))
 
 
 def _div_no_nan_float(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
