@@ -172,6 +172,26 @@ def _rms_norm_samples(rng: np.random.Generator) -> list[Sample]:
     ]
 
 
+# gradient samples: the defaults' first two miss non-trailing parameters and no-affine forms
+def _layer_norm_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (2, 3, 4), np.float64), rand(rng, (1, 4), np.float64), rand(rng, (2, 1), np.float64)],
+                   {"axes": (0, -1), "affine": ("gamma", "beta")}, "f64-non-trailing"),
+            Sample([rand(rng, (3, 4, 2), np.float64)], {"axes": 1}, "f64-middle-no-affine")]
+
+
+def _group_norm_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (2, 6, 4, 3), np.float64), rand(rng, (6,), np.float64), rand(rng, (6,), np.float64)],
+                   {"num_groups": 3, "affine": ("gamma", "beta")}, "f64"),
+            Sample([rand(rng, (2, 4, 3), np.float64), rand(rng, (1,), np.float64), rand(rng, (4,), np.float64)],
+                   {"num_groups": 2, "affine": ("gamma", "beta")}, "f64-bcast-gamma")]
+
+
+def _rms_norm_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (2, 3, 4), np.float64), rand(rng, (2, 4), np.float64)],
+                   {"axes": (0, 2), "affine": ("gamma",), "epsilon": 1e-4}, "f64-non-trailing"),
+            Sample([rand(rng, (2, 3, 4), np.float64)], {"axes": (-2, -1)}, "f64-trailing2-no-affine")]
+
+
 # ---- error cases -----------------------------------------------------------------------------
 def _ph(g: og.Graph, shape: tuple[int | None, ...], dtype: og.DType = og.float32) -> og.Tensor:
     return g.placeholder(shape, dtype)
@@ -225,8 +245,9 @@ ERR_RMS_NORM = [
 RECORDS = [
     OpInfo("normalize", (norm.NORMALIZE,), _build_normalize, _normalize_samples, np_normalize, errors=ERR_NORMALIZE),
     OpInfo("layer_norm", (norm.LAYER_NORM,), _build_layer_norm, _layer_norm_samples, np_layer_norm,
-           errors=ERR_LAYER_NORM),
+           errors=ERR_LAYER_NORM, grad_samples=_layer_norm_grad_samples),
     OpInfo("group_norm", (norm.GROUP_NORM,), _build_group_norm, _group_norm_samples, np_group_norm,
-           errors=ERR_GROUP_NORM),
-    OpInfo("rms_norm", (norm.RMS_NORM,), _build_rms_norm, _rms_norm_samples, np_rms_norm, errors=ERR_RMS_NORM),
+           errors=ERR_GROUP_NORM, grad_samples=_group_norm_grad_samples),
+    OpInfo("rms_norm", (norm.RMS_NORM,), _build_rms_norm, _rms_norm_samples, np_rms_norm, errors=ERR_RMS_NORM,
+           grad_samples=_rms_norm_grad_samples),
 ]

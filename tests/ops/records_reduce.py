@@ -117,12 +117,31 @@ def _dtype_error(method: str, dtype: og.DType, match: str) -> ErrorCase:
 def _reduce_record(method: str, op: Any, oracle: Callable[..., Any], dtypes: Sequence[Any],
                    errors: Sequence[ErrorCase] = (), extra: Callable[[np.random.Generator], list[Sample]] | None = None,
                    low: float = -2.0, high: float = 2.0, empty: bool = True,
-                   tol: dict[Any, tuple[float, float]] | None = None) -> OpInfo:
+                   tol: dict[Any, tuple[float, float]] | None = None,
+                   grad_samples: Callable[[np.random.Generator], list[Sample]] | None = None) -> OpInfo:
     def samples(rng: np.random.Generator) -> list[Sample]:
         return _samples(rng, dtypes, low, high, empty) + (extra(rng) if extra else [])
 
     return OpInfo(method, (op,), lambda g, x, axes, keepdims: getattr(g, method)(x, axes, keepdims), samples,
-                  oracle, errors=[*_axis_errors(method), *errors], tol=tol or {})
+                  oracle, errors=[*_axis_errors(method), *errors], tol=tol or {}, grad_samples=grad_samples)
+
+
+def _grad_samples(rng: np.random.Generator, low: float = -2.0, high: float = 2.0) -> list[Sample]:
+    """Two axes with keepdims, and one negative axis; continuous random values, so no ties."""
+    return [Sample([rand(rng, (3, 4, 5), np.float64, low, high)], {"axes": (0, 2), "keepdims": True}, "f64-tuple-keep"),
+            Sample([rand(rng, (4, 6), np.float64, low, high)], {"axes": -1, "keepdims": False}, "f64-neg")]
+
+
+def _prod_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    """Zeros: the product is multilinear, so finite differences are exact there too (one zero in a
+    slice: the others' product; two: zero)."""
+    x = rand(rng, (3, 4, 5), np.float64, 0.5, 1.6)
+    x[0, 1, 2] = 0.0  # one zero in the slice x[:, 1, :] (axes 0 and 2)
+    x[1, 2, 0] = x[2, 2, 3] = 0.0  # two zeros in x[:, 2, :]
+    y = rand(rng, (4, 6), np.float64, 0.5, 1.6)
+    y[0, 3] = y[1, 0] = y[1, 5] = 0.0
+    return [Sample([x], {"axes": (0, 2), "keepdims": False}, "f64-tuple-zeros"),
+            Sample([y], {"axes": 1, "keepdims": True}, "f64-zeros-keep")]
 
 
 FLOATS = (np.float16, torch.bfloat16, np.float64)
@@ -175,22 +194,24 @@ RECORDS = [
                    [_dtype_error("reduce_sum", og.bool_, "bool")], lambda rng: [_wrap_sample()]),
     _reduce_record("reduce_prod", r.REDUCE_PROD, _float_oracle(np.prod), (*FLOATS, *INTS, np.complex64),
                    [_dtype_error("reduce_prod", og.bool_, "bool")], lambda rng: [_wrap_sample()],
-                   low=0.5, high=1.6),  # keep products of 60 factors in range
+                   low=0.5, high=1.6, grad_samples=_prod_grad_samples),  # keep products of 60 factors in range
     _reduce_record("reduce_mean", r.REDUCE_MEAN, _float_oracle(np.mean), (*FLOATS, np.complex64),
                    [_dtype_error("reduce_mean", og.int32, "int32"), _dtype_error("reduce_mean", og.bool_, "bool")],
-                   empty=False),
+                   empty=False, grad_samples=_grad_samples),
     _reduce_record("variance", r.VARIANCE, _variance, FLOATS,
                    [_dtype_error("variance", og.int32, "int32"), _dtype_error("variance", og.complex64, "complex")],
                    lambda rng: [Sample([np.array([1.0, NAN, np.inf], np.float32)], {"axes": (), "keepdims": False},
-                                       "no-axes-nan-inf")], empty=False),
+                                       "no-axes-nan-inf")], empty=False, grad_samples=_grad_samples),
     _reduce_record("reduce_max", r.REDUCE_MAX, _extremum_oracle(np.fmax, True), (*FLOATS, *INTS, np.bool_),
-                   [_dtype_error("reduce_max", og.complex64, "complex")], _nan_samples),
+                   [_dtype_error("reduce_max", og.complex64, "complex")], _nan_samples,
+                   grad_samples=_grad_samples),
     _reduce_record("reduce_min", r.REDUCE_MIN, _extremum_oracle(np.fmin, False), (*FLOATS, *INTS, np.bool_),
-                   [_dtype_error("reduce_min", og.complex64, "complex")], _nan_samples),
+                   [_dtype_error("reduce_min", og.complex64, "complex")], _nan_samples,
+                   grad_samples=_grad_samples),
     _reduce_record("reduce_max_with_nan_propagation", r.REDUCE_MAX_NAN, _extremum_oracle(np.maximum, True),
-                   (*FLOATS, np.int32, np.bool_), [], _nan_samples),
+                   (*FLOATS, np.int32, np.bool_), [], _nan_samples, grad_samples=_grad_samples),
     _reduce_record("reduce_min_with_nan_propagation", r.REDUCE_MIN_NAN, _extremum_oracle(np.minimum, False),
-                   (*FLOATS, np.int32, np.bool_), [], _nan_samples),
+                   (*FLOATS, np.int32, np.bool_), [], _nan_samples, grad_samples=_grad_samples),
     _reduce_record("reduce_and", r.REDUCE_AND, lambda x, axes, keepdims: np.all(x, _np_axes(axes), keepdims=keepdims),
                    (np.bool_, np.int32, np.float16), [], lambda rng: [_logical_nan_sample()], low=-1, high=2),
     _reduce_record("reduce_or", r.REDUCE_OR, lambda x, axes, keepdims: np.any(x, _np_axes(axes), keepdims=keepdims),

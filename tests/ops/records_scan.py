@@ -95,12 +95,33 @@ def _errors(method: str, ordered: bool) -> list[ErrorCase]:
     return out
 
 
+def _grad_samples(ordered: bool, low: float, high: float, zeros: bool = False) -> Any:
+    """Reverse scans (the defaults start with forward ones). The exclusive forms of the running
+    maximum/minimum begin with -inf/+inf, which finite differences cannot take: inclusive ones there.
+    ``zeros``: a few zeros, where a running product is still multilinear (finite differences exact)."""
+
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        x, y = rand(rng, (3, 6), np.float64, low, high), rand(rng, (2, 3, 4), np.float64, low, high)
+        if zeros:  # two zeros in a row: the gradient differs before, at and after the first
+            x[0, 2] = x[1, 1] = x[1, 4] = 0.0
+            y[0, 1, 1] = y[1, 0, 2] = y[1, 2, 2] = 0.0
+            return [_s(x, 1, False, True, desc="f64-reverse-zeros"),
+                    _s(y, -2, True, False, desc="f64-middle-exclusive-zeros")]
+        if ordered:
+            return [_s(x, 1, False, True, desc="f64-reverse"), _s(y, -2, False, True, desc="f64-middle-reverse")]
+        return [_s(x, 1, False, True, desc="f64-reverse"),
+                _s(y, -2, True, True, desc="f64-middle-exclusive-reverse")]
+
+    return samples
+
+
 def _record(method: str, op: Any, ufunc: np.ufunc, kind: str, ordered: bool, low: float = -2.0,
             high: float = 2.0) -> OpInfo:
     return OpInfo(method, (op,),
                   lambda g, x, axis, exclusive, reverse: getattr(g, method)(x, axis, exclusive, reverse),
                   lambda rng: _samples(rng, ordered, low, high), _oracle(ufunc, kind), errors=_errors(method, ordered),
-                  tol={torch.bfloat16: (2e-2, 3e-2)})  # bf16 running sums round at every step
+                  tol={torch.bfloat16: (2e-2, 3e-2)},  # bf16 running sums round at every step
+                  grad_samples=_grad_samples(ordered, low, high, kind == "product"))
 
 
 RECORDS = [

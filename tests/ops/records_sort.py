@@ -90,6 +90,17 @@ def _select_samples(rng: np.random.Generator) -> list[Sample]:
     ]
 
 
+def _sort_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    """Continuous random values: no ties, where sort has no derivative."""
+    return [Sample([rand(rng, (3, 7), np.float64)], {"axis": -1, "descending": False}, "f64-last"),
+            Sample([rand(rng, (2, 5, 4), np.float64)], {"axis": 1, "descending": True}, "f64-middle-desc")]
+
+
+def _select_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (3, 8), np.float64)], {"k": 3, "axis": -1}, "f64-k3"),
+            Sample([rand(rng, (5, 2, 4), np.float64)], {"k": 2, "axis": 0}, "f64-axis0")]
+
+
 def _errors(method: str) -> list[ErrorCase]:
     return [
         ErrorCase(lambda g: getattr(g, method)(g.placeholder((2, 3)), axis=2), og.ShapeError, "out of range",
@@ -128,11 +139,13 @@ def _select_errors(method: str) -> list[ErrorCase]:
 
 RECORDS = [
     OpInfo("sort", (sort.SORT,), lambda g, x, axis, descending: g.sort(x, axis, descending), _sort_samples,
-           _sort_oracle, errors=_errors("sort")),
+           _sort_oracle, errors=_errors("sort"), grad_samples=_sort_grad_samples),
     OpInfo("argsort", (sort.ARGSORT,), lambda g, x, axis, descending: g.argsort(x, axis, descending),
            _sort_samples, _argsort_oracle, errors=_errors("argsort")),
     OpInfo("top_k", (sort.TOP_K,), lambda g, x, k, axis: list(g.top_k(x, k, axis)), _select_samples,
-           _select_oracle(True), errors=_select_errors("top_k")),
+           _select_oracle(True), errors=_select_errors("top_k"),
+           grad_samples=_select_grad_samples),
     OpInfo("bottom_k", (sort.BOTTOM_K,), lambda g, x, k, axis: list(g.bottom_k(x, k, axis)), _select_samples,
-           _select_oracle(False), errors=_select_errors("bottom_k")),
+           _select_oracle(False), errors=_select_errors("bottom_k"),
+           grad_samples=_select_grad_samples),
 ]

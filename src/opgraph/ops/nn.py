@@ -14,7 +14,7 @@ from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
 from .norm import compute_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
 @attrs
@@ -46,6 +46,18 @@ SOFTMAX = OpDef("softmax", infer=_softmax_rule, lower=_softmax_lowering(torch.so
 LOG_SOFTMAX = OpDef("log_softmax", infer=_softmax_rule, lower=_softmax_lowering(torch.log_softmax),
                     attrs=SoftmaxAttrs, fusion=FusionKind.REDUCTION, doc="x - log(sum(exp(x))) along axis")
 
+
+
+@defvjp(SOFTMAX)
+def _softmax_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    y = op.outputs[0]  # y * (ct - sum(ct * y))
+    return (g.multiply(y, g.subtract(ct[0], g.reduce_sum(g.multiply(ct[0], y), op.attrs.axis, keepdims=True))),)
+
+
+@defvjp(LOG_SOFTMAX)
+def _log_softmax_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    y = op.outputs[0]  # ct - softmax(x) * sum(ct)
+    return (g.subtract(ct[0], g.multiply(g.exp(y), g.reduce_sum(ct[0], op.attrs.axis, keepdims=True))),)
 
 class NNBuilders(GraphCore):
     """Graph methods for softmax, log_softmax."""

@@ -4,6 +4,9 @@ Optional ``gamma``/``beta`` are extra inputs whose presence is recorded in the a
 (``has_gamma``/``has_beta``), so each op stays one declaration with a fixed input order:
 ``x, [mean, variance,] [gamma,] [beta]``. float16/bfloat16 inputs are computed in float32 and the
 result is rounded back once.
+
+Gradients (every input, parameters and statistics included) recompute the mean and ``rsqrt`` of the
+variance with graph ops, so they differentiate again; ``group_norm``'s needs a static channel count.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..core.dtype import FLOAT_DTYPES, DType
-from ..core.errors import AttributeValueError, ShapeError
+from ..core.dtype import FLOAT_DTYPES, DType, float32
+from ..core.errors import AttributeValueError, GraphError, ShapeError
 from ..core.shape import Shape, broadcast_shapes, format_shape, normalize_axes
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype, same_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 REDUCTION = FusionKind.REDUCTION
 
@@ -84,6 +87,47 @@ def _trailing(axes: Sequence[int], rank: int) -> bool:
     return tuple(axes) == tuple(range(rank - len(axes), rank))
 
 
+# ---- shared gradient helpers -----------------------------------------------------------------
+Mean = Callable[[Tensor], Tensor]
+
+
+def _up(g: Any, t: Tensor) -> Tensor:
+    """16-bit floats take their gradient in float32, as the forward computes (the engine casts it back)."""
+    return g.cast(t, float32) if t.dtype.bits < 32 else t
+
+
+def _placed(g: Any, p: Tensor, axes: Sequence[int], rank: int) -> tuple[Tensor, tuple[int, ...]]:
+    """A parameter laid out over the normalised dims with size-1 axes inserted so it broadcasts against
+    x (the graph form of ``_place``), and the inserted axes (to squeeze its gradient back)."""
+    if p.rank == 0:
+        return p, ()
+    first = axes[len(axes) - p.rank]
+    inserted = tuple(i - first for i in range(first, rank) if i not in axes)
+    return (g.expand_dims(p, axes=inserted) if inserted else p), inserted
+
+
+def _standardised_vjp(g: Any, op: Any, ct: Tensor, xhat: Tensor, r: Tensor, mean: Mean, centred: bool,
+                      place: Callable[[Tensor], tuple[Tensor, tuple[int, ...]]]) -> tuple[Tensor | None, ...]:
+    """Gradients of ``xhat * gamma + beta`` for ``op``'s inputs ``x, [gamma,] [beta]``, where
+    ``xhat = (x - mean(x)) * r`` (``centred``) or ``x * r``, ``r = rsqrt(mean of squares + eps)``."""
+    flags = (op.attrs.has_gamma, getattr(op.attrs, "has_beta", False))
+    params = iter(op.inputs[1:])
+    gh, grads = ct, []
+    for kind, present in zip(("gamma", "beta"), flags, strict=True):
+        if not present:
+            continue
+        p, inserted = place(_up(g, next(params)))
+        if kind == "gamma":
+            gh = g.multiply(ct, p)
+        dp = g.sum_to(g.multiply(ct, xhat) if kind == "gamma" else ct, p)
+        grads.append(g.squeeze(dp, axes=inserted) if inserted else dp)
+    # r * (gh - mean(gh) - xhat * mean(gh * xhat)): the mean(gh) term only when x was centred
+    inner = g.subtract(gh, g.multiply(xhat, mean(g.multiply(gh, xhat))))
+    if centred:
+        inner = g.subtract(inner, mean(gh))
+    return (g.multiply(r, inner), *grads)
+
+
 # ---- normalize -------------------------------------------------------------------------------
 @attrs
 class NormalizeAttrs:
@@ -119,6 +163,26 @@ def _normalize_lower(ctx: LowerContext) -> Callable[..., Any]:
 NORMALIZE = OpDef("normalize", infer=_normalize_rule, lower=_normalize_lower, attrs=NormalizeAttrs,
                   fusion=FusionKind.ELEMENTWISE,
                   doc="(x - mean) / sqrt(variance + epsilon) * gamma + beta, with broadcasting")
+
+
+@defvjp(NORMALIZE)
+def _normalize_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    a: NormalizeAttrs = op.attrs
+    x, mean, var, *rest = op.inputs
+    c = _up(g, ct[0])
+    r = g.rsqrt(g.add(_up(g, var), a.epsilon))
+    centred = g.subtract(_up(g, x), _up(g, mean))
+    params = iter(rest)
+    gamma = next(params) if a.has_gamma else None
+    beta = next(params) if a.has_beta else None
+    ghr = g.multiply(c if gamma is None else g.multiply(c, _up(g, gamma)), r)
+    grads = [g.sum_to(ghr, x), g.sum_to(g.negative(ghr), mean),
+             g.sum_to(g.multiply(g.multiply(ghr, centred), g.multiply(g.multiply(r, r), -0.5)), var)]
+    if gamma is not None:
+        grads.append(g.sum_to(g.multiply(c, g.multiply(centred, r)), gamma))
+    if beta is not None:
+        grads.append(g.sum_to(c, beta))
+    return tuple(grads)
 
 
 # ---- layer_norm ------------------------------------------------------------------------------
@@ -176,6 +240,19 @@ LAYER_NORM = OpDef("layer_norm", infer=_layer_norm_rule, lower=_layer_norm_lower
                    fusion=REDUCTION, doc="normalise over axes to mean 0 and variance 1, then * gamma + beta")
 
 
+@defvjp(LAYER_NORM)
+def _layer_norm_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    a: LayerNormAttrs = op.attrs
+    x, axes = _up(g, op.inputs[0]), list(a.axes)
+
+    def mean(t: Tensor) -> Tensor:
+        return g.reduce_mean(t, axes, keepdims=True)
+
+    r = g.rsqrt(g.add(g.variance(x, axes, keepdims=True), a.epsilon))
+    xhat = g.multiply(g.subtract(x, mean(x)), r)
+    return _standardised_vjp(g, op, _up(g, ct[0]), xhat, r, mean, True, lambda p: _placed(g, p, axes, x.rank))
+
+
 # ---- group_norm ------------------------------------------------------------------------------
 @attrs
 class GroupNormAttrs:
@@ -220,6 +297,37 @@ def _group_norm_lower(ctx: LowerContext) -> Callable[..., Any]:
 GROUP_NORM = OpDef("group_norm", infer=_group_norm_rule, lower=_group_norm_lower, attrs=GroupNormAttrs,
                    fusion=REDUCTION,
                    doc="normalise each group of channels (axis 1) over the group and the spatial dims")
+
+
+@defvjp(GROUP_NORM)
+def _group_norm_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    a: GroupNormAttrs = op.attrs
+    x = _up(g, op.inputs[0])
+    c, groups, spatial = x.shape[1], a.num_groups, list(range(2, x.rank))
+    if c is None:
+        raise GraphError("gradients: group_norm needs a static channel count (dimension 1) to differentiate")
+    size = c // groups
+    ones = (1,) * len(spatial)
+
+    def group_sum(t: Tensor) -> Tensor:  # shaped like x -> (N, C, 1, ...): each channel's group total
+        per_channel = g.reduce_sum(t, spatial, keepdims=True) if spatial else t
+        grouped = g.reshape(per_channel, (-1, groups, size))
+        return g.reshape(g.broadcast_like(g.reduce_sum(grouped, 2, keepdims=True), grouped), (-1, c, *ones))
+
+    dims = [x.shape[i] for i in spatial]
+    count = float(size * math.prod(dims)) if None not in dims else group_sum(g.ones_like(x))  # type: ignore[arg-type]
+
+    def mean(t: Tensor) -> Tensor:
+        return g.divide(group_sum(t), count)
+
+    centred = g.subtract(x, mean(x))
+    r = g.rsqrt(g.add(mean(g.multiply(centred, centred)), a.epsilon))
+
+    def place(p: Tensor) -> tuple[Tensor, tuple[int, ...]]:  # (C,) -> (C, 1, ...) against (N, C, ...)
+        inserted = tuple(range(1, 1 + len(spatial))) if p.rank and spatial else ()
+        return (g.expand_dims(p, axes=inserted) if inserted else p), inserted
+
+    return _standardised_vjp(g, op, _up(g, ct[0]), g.multiply(centred, r), r, mean, True, place)
 
 
 # ---- rms_norm --------------------------------------------------------------------------------
@@ -267,6 +375,19 @@ def _rms_norm_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 RMS_NORM = OpDef("rms_norm", infer=_rms_norm_rule, lower=_rms_norm_lower, attrs=RMSNormAttrs,
                  fusion=REDUCTION, doc="x / sqrt(mean(x ** 2 over axes) + epsilon) * gamma")
+
+
+@defvjp(RMS_NORM)
+def _rms_norm_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    a: RMSNormAttrs = op.attrs
+    x, axes = _up(g, op.inputs[0]), list(a.axes)
+
+    def mean(t: Tensor) -> Tensor:
+        return g.reduce_mean(t, axes, keepdims=True)
+
+    r = g.rsqrt(g.add(mean(g.multiply(x, x)), a.epsilon))
+    return _standardised_vjp(g, op, _up(g, ct[0]), g.multiply(x, r), r, mean, False,
+                             lambda p: _placed(g, p, axes, x.rank))
 
 
 # ---- builder methods -------------------------------------------------------------------------

@@ -12,10 +12,15 @@ axes as size 1; ``keepdims=True`` gives that). Conventions shared by the family:
   slice they give the identity (``-inf``/``+inf``, the integer type's min/max, ``False``/``True``).
 * ``argmax``/``argmin`` return int32 indices (MPSGraph's index type), the first index on ties, and
   the first NaN's index when a slice holds NaN (``np.argmax``).
+* Gradients: ``reduce_prod``'s is exact where the input has zeros (the product of the other elements,
+  built from exclusive running products, never a division). ``reduce_max``/``reduce_min`` and their
+  NaN forms split the cotangent evenly among the elements equal to the result (ties share it; a NaN
+  result goes to the slice's NaNs). ``argmax``/``argmin``/``reduce_and``/``reduce_or`` take none.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -153,17 +158,6 @@ REDUCE_SUM = OpDef("reduce_sum", infer=reduce_rule(numeric=True), attrs=ReduceAt
                    doc="sum over axes (keeps the input dtype)")
 REDUCE_PROD = OpDef("reduce_prod", infer=reduce_rule(numeric=True), attrs=ReduceAttrs, fusion=REDUCTION,
                     lower=_axes_lower(_prod), doc="product over axes (keeps the input dtype)")
-def keepdims_like(g: Any, ct: Tensor, op: Any) -> Tensor:
-    """A reduction's cotangent with the reduced axes put back as size 1 (ready to broadcast)."""
-    a: ReduceAttrs = op.attrs
-    return ct if a.keepdims or not a.axes else g.expand_dims(ct, axes=list(a.axes))
-
-
-@defvjp(REDUCE_SUM)
-def _reduce_sum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
-    return (g.broadcast_like(keepdims_like(g, ct[0], op), op.inputs[0]),)
-
-
 REDUCE_MEAN = OpDef("reduce_mean", infer=reduce_rule(floating=True), attrs=ReduceAttrs, fusion=REDUCTION,
                     lower=_axes_lower(lambda x, ax, k, dt: torch.mean(x, dim=ax, keepdim=k)),
                     doc="mean over axes (floating dtypes)")
@@ -180,6 +174,70 @@ REDUCE_MAX_NAN = OpDef("reduce_max_with_nan_propagation", infer=_ORDERED, attrs=
                        lower=_extremum(True, True), doc="maximum over axes; NaN if any is NaN")
 REDUCE_MIN_NAN = OpDef("reduce_min_with_nan_propagation", infer=_ORDERED, attrs=ReduceAttrs, fusion=REDUCTION,
                        lower=_extremum(False, True), doc="minimum over axes; NaN if any is NaN")
+
+
+# ---- gradients of the reductions -------------------------------------------------------------------
+def keepdims_like(g: Any, ct: Tensor, op: Any) -> Tensor:
+    """A reduction's cotangent with the reduced axes put back as size 1 (ready to broadcast)."""
+    a: ReduceAttrs = op.attrs
+    return ct if a.keepdims or not a.axes else g.expand_dims(ct, axes=list(a.axes))
+
+
+def reduced_count(g: Any, x: Tensor, axes: Sequence[int]) -> float | Tensor:
+    """How many elements each slice over ``axes`` holds: a number for static dims, else a tensor
+    (kept dims, ``x``'s dtype) counted at run time."""
+    dims = [x.shape[a] for a in axes]
+    if None not in dims:
+        return float(math.prod(dims))  # type: ignore[arg-type]
+    return g.reduce_sum(g.ones_like(x), list(axes), keepdims=True)
+
+
+def _spread(g: Any, op: Any, ct: tuple[Tensor, ...]) -> Tensor:
+    """The cotangent of a reduction broadcast back over its input."""
+    return g.broadcast_like(keepdims_like(g, ct[0], op), op.inputs[0])
+
+
+@defvjp(REDUCE_SUM)
+def _reduce_sum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (_spread(g, op, ct),)
+
+
+@defvjp(REDUCE_MEAN)
+def _reduce_mean_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (g.divide(_spread(g, op, ct), reduced_count(g, op.inputs[0], op.attrs.axes)),)
+
+
+@defvjp(REDUCE_PROD)
+def _reduce_prod_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # The product of all the other elements of the slice, exact where x has zeros (no division):
+    # per axis, exclusive running products from both ends, applied to the products over earlier axes.
+    others: Tensor | None = None
+    t = op.inputs[0]
+    for ax in op.attrs.axes:
+        excl = g.multiply(g.cumulative_product(t, ax, exclusive=True),
+                          g.cumulative_product(t, ax, exclusive=True, reverse=True))
+        others = excl if others is None else g.multiply(others, excl)
+        t = g.reduce_prod(t, ax, keepdims=True)
+    spread = _spread(g, op, ct)
+    return (spread if others is None else g.multiply(spread, others),)
+
+
+@defvjp(VARIANCE)
+def _variance_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x, axes = op.inputs[0], list(op.attrs.axes)
+    centred = g.subtract(x, g.reduce_mean(x, axes, keepdims=True))  # the mean's own term sums to zero
+    return (g.multiply(_spread(g, op, ct), g.divide(g.multiply(centred, 2.0), reduced_count(g, x, axes))),)
+
+
+@defvjp(REDUCE_MAX, REDUCE_MIN, REDUCE_MAX_NAN, REDUCE_MIN_NAN)
+def _extremum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # Split evenly among the elements equal to the result (ties share it); a NaN result comes from
+    # the slice's NaNs, which share it the same way.
+    x, axes = op.inputs[0], list(op.attrs.axes)
+    y = keepdims_like(g, op.outputs[0], op)
+    hit = g.logical_or(g.equal(x, y), g.logical_and(g.isnan(x), g.isnan(y)))
+    share = g.cast(hit, x.dtype)
+    return (g.multiply(_spread(g, op, ct), g.divide(share, g.reduce_sum(share, axes, keepdims=True))),)
 
 
 def _logical(fn: Callable[..., torch.Tensor]) -> Callable[[LowerContext], Callable[..., Any]]:

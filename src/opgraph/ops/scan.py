@@ -6,6 +6,11 @@ end. Results keep the input dtype (integer sums wrap, as MPSGraph; PyTorch would
 ``cumulative_maximum``/``cumulative_minimum`` ignore NaN like ``reduce_max``/``reduce_min``
 (``np.fmax.accumulate``): an element is NaN only while every element so far is NaN.
 
+Gradients: ``cumulative_product``'s is exact at zeros (no 0/0), though its own derivative (second
+order) there is not. ``cumulative_maximum``/``minimum`` send each output's cotangent to the element
+that set its running value: on ties the latest equal one in scan order; nowhere while the value is
+NaN or the exclusive identity.
+
 FusionKind is OPAQUE: a scan keeps every element and carries a dependence along the axis, which
 the stitcher's reduction template (one value per reduced row) does not express.
 """
@@ -17,14 +22,14 @@ from typing import Any
 
 import torch
 
-from ..core.dtype import DType
+from ..core.dtype import DType, int32
 from ..core.errors import ShapeError
 from ..core.shape import normalize_axis
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
 from .reduce import check_axis, check_flag, expect_real, identity_value
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
 @attrs
@@ -116,6 +121,54 @@ CUMULATIVE_MAXIMUM = OpDef("cumulative_maximum", infer=_scan_rule(ordered=True),
 CUMULATIVE_MINIMUM = OpDef("cumulative_minimum", infer=_scan_rule(ordered=True),
                            lower=_scan_lower(_extremum(False)), attrs=CumulativeAttrs, fusion=_OPAQUE,
                            doc="running minimum along an axis (ignores NaN)")
+
+
+
+# ---- gradients -------------------------------------------------------------------------------------
+@defvjp(CUMULATIVE_SUM)
+def _cumulative_sum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    a: CumulativeAttrs = op.attrs  # each input feeds the outputs after it: sum the cotangent from the other end
+    return (g.cumulative_sum(ct[0], a.axis, exclusive=a.exclusive, reverse=not a.reverse),)
+
+
+@defvjp(CUMULATIVE_PRODUCT)
+def _cumulative_product_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    """d y_i / d x_j is y_i / x_j while no zero came before x_j (in scan order); at the first zero it is
+    the running product with that zero taken as 1; after it, 0. Exact at zeros, with no 0/0."""
+    a: CumulativeAttrs = op.attrs
+    x, y, c = op.inputs[0], op.outputs[0], ct[0]
+
+    def scan(fn: Any, t: Tensor, exclusive: bool, reverse: bool) -> Tensor:
+        return fn(t, a.axis, exclusive=exclusive, reverse=reverse)
+
+    def back(t: Tensor) -> Tensor:  # sum over the outputs each input feeds: from the other end
+        return scan(g.cumulative_sum, g.multiply(c, t), a.exclusive, not a.reverse)
+
+    zero = g.equal(x, 0)
+    before = g.logical_not(scan(g.cumulative_maximum, zero, False, a.reverse))  # no zero up to here
+    first = g.logical_and(zero, g.logical_not(scan(g.cumulative_maximum, zero, True, a.reverse)))
+    no_first = scan(g.cumulative_product, g.select(first, 1, x), a.exclusive, a.reverse)
+    at_first = g.select(first, back(no_first), 0)
+    return (g.select(before, g.divide(back(y), g.select(before, x, 1)), at_first),)
+
+
+@defvjp(CUMULATIVE_MAXIMUM, CUMULATIVE_MINIMUM)
+def _cumulative_extremum_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    """Each output's cotangent goes to the element that set its running value: the latest one, in
+    scan order, equal to the running value (so on ties the later element); none while it is NaN."""
+    a: CumulativeAttrs = op.attrs
+    x = op.inputs[0]
+    same = g.cumulative_maximum if op.op is CUMULATIVE_MAXIMUM else g.cumulative_minimum
+    running = same(x, a.axis, reverse=a.reverse) if a.exclusive else op.outputs[0]  # inclusive values
+    setter = g.equal(x, running)
+    coord = g.cumulative_sum(g.fill_like(x, 1, int32), a.axis, exclusive=True)  # shape-generic arange
+    # the latest setter so far, in scan order; the index scan's identity marks "none yet"
+    none = torch.iinfo(torch.int32).max if a.reverse else torch.iinfo(torch.int32).min
+    latest = g.cumulative_minimum if a.reverse else g.cumulative_maximum
+    idx = latest(g.select(setter, coord, none), a.axis, exclusive=a.exclusive, reverse=a.reverse)
+    found = g.not_equal(idx, none)
+    upd = g.multiply(ct[0], g.cast(found, ct[0].dtype))
+    return (g.scatter_along_axis(g.zeros_like(x), upd, g.select(found, idx, 0), a.axis),)
 
 
 class ScanBuilders(GraphCore):

@@ -5,6 +5,8 @@ Every op is stable: equal values keep their input order, so ties resolve to the 
 (also for ``descending`` and for ``top_k``, as TensorFlow's ``top_k``). NaN orders above ``+inf``
 (last when ascending, first when descending or in ``top_k``), as NumPy and PyTorch sort.
 FusionKind is OPAQUE: sorting is a library kernel, never part of a stitched region.
+Gradients: ``sort`` and the values of ``top_k``/``bottom_k`` scatter the cotangent back through the
+stable permutation (at ties, one valid choice of derivative); indices take none.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
 from ._rules import expect_arity, expect_dtype
 from .reduce import check_axis, check_flag, expect_real
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
 def _sortable(ins: tuple[TensorType, ...]) -> TensorType:
@@ -67,6 +69,15 @@ ARGSORT = OpDef("argsort", infer=_argsort_rule, lower=_argsort_lower, attrs=Sort
                 doc="int32 indices that sort along an axis (stable)")
 
 
+@defvjp(SORT)
+def _sort_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # sort is a gather through the (stable) sorting permutation; its adjoint scatters back through it
+    a: SortAttrs = op.attrs
+    x = op.inputs[0]
+    perm = g.argsort(x, a.axis, a.descending)
+    return (g.scatter_along_axis(g.zeros_like(x), ct[0], perm, a.axis),)
+
+
 # ---- top_k / bottom_k ------------------------------------------------------------------------------
 @attrs
 class TopKAttrs:
@@ -110,6 +121,12 @@ TOP_K = OpDef("top_k", infer=_top_k_rule, lower=_select_lower(True), attrs=TopKA
 BOTTOM_K = OpDef("bottom_k", infer=_top_k_rule, lower=_select_lower(False), attrs=TopKAttrs,
                  fusion=FusionKind.OPAQUE,
                  doc="the k smallest values along an axis, smallest first, and their int32 indices")
+
+
+@defvjp(TOP_K, BOTTOM_K)
+def _select_vjp(g: Any, op: Any, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    x = op.inputs[0]  # the values' cotangent goes back to where they came from; the indices take none
+    return (g.scatter_along_axis(g.zeros_like(x), ct[0], op.outputs[1], op.attrs.axis),)
 
 
 # ---- builder methods -------------------------------------------------------------------------------
