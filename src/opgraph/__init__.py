@@ -3,6 +3,8 @@
 The public API, re-exported explicitly from the private modules that define it.
 """
 
+from . import nn as nn  # og.nn: layers (re-exported)
+from . import optim as optim  # og.optim: optimizers in torch.optim's spelling
 from .core.dtype import (
     DType,
     bfloat16,
@@ -42,7 +44,8 @@ from .ops._padding import PaddingStyle, TensorLayout, WeightsLayout
 from .ops.activation import GeluApproximation
 from .ops.conv import Conv2dDescriptor, Conv3dDescriptor, DepthwiseConv2dDescriptor
 from .ops.gather import ScatterMode
-from .ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor
+from .ops.losses import LossReduction
+from .ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor, PoolingReturnIndicesMode
 from .ops.resize import ResizeMode, ResizeNearestRoundingMode
 from .ops.slicing import PaddingMode
 from .runtime.compile import CompilationDescriptor
@@ -54,8 +57,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AttributeValueError", "CompilationDescriptor", "Conv2dDescriptor", "Conv3dDescriptor",
-    "DepthwiseConv2dDescriptor", "GeluApproximation", "PaddingMode", "PaddingStyle", "Pooling2dDescriptor",
-    "Pooling4dDescriptor", "ResizeMode", "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout",
+    "DepthwiseConv2dDescriptor", "GeluApproximation", "LossReduction", "PaddingMode", "PaddingStyle",
+    "Pooling2dDescriptor", "optim",
+    "Pooling4dDescriptor", "PoolingReturnIndicesMode", "ResizeMode", "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout",
     "WeightsLayout", "DType", "DTypeError", "Device", "DeviceError",
     "ExecutionError", "Executable", "FeedError", "Graph", "GraphError", "Operation", "OpgraphError",
     "SerializationError", "ShapeError", "Tensor", "TensorType", "VerificationError", "__version__",

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from .autodiff.vjp import AutodiffMethods
 from .ops.activation import ActivationBuilders
+from .ops.batch_norm import BatchNormBuilders
 from .ops.conv import ConvBuilders
+from .ops.conv_grad import ConvGradientBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.gather import GatherBuilders
 from .ops.gradient_support import GradientSupportBuilders
 from .ops.linalg import LinalgBuilders
+from .ops.losses import LossBuilders
 from .ops.nn import NNBuilders
 from .ops.norm import NormBuilders
 from .ops.pooling import PoolingBuilders
+from .ops.pooling_grad import PoolingGradientBuilders
+from .ops.pooling_indices import PoolingIndicesBuilders
 from .ops.reduce import ReduceBuilders
 from .ops.resize import ResizeBuilders
 from .ops.scan import ScanBuilders
@@ -20,6 +25,7 @@ from .ops.shape import ShapeBuilders
 from .ops.slicing import SlicingBuilders
 from .ops.sort import SortBuilders
 from .ops.state import StateBuilders
+from .ops.training import TrainingBuilders
 from .ops.unary import UnaryBuilders
 from .runtime.graph_methods import RuntimeMethods
 
@@ -37,9 +43,15 @@ class Graph(
     GatherBuilders,
     LinalgBuilders,
     ConvBuilders,
+    ConvGradientBuilders,
     PoolingBuilders,
+    PoolingIndicesBuilders,
+    PoolingGradientBuilders,
     NormBuilders,
+    BatchNormBuilders,
     NNBuilders,
+    LossBuilders,
+    TrainingBuilders,
     ResizeBuilders,
     GradientSupportBuilders,
     AutodiffMethods,

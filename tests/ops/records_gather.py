@@ -293,6 +293,58 @@ def _band_part_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
+# ---- gradient samples ----------------------------------------------------------------------------
+# A tuple of modes builds one output per mode. Distinct indices for SET (its winner is unspecified); the
+# duplicate-index sample has zero updates (one and two on a position, for MUL) and no ties for MIN/MAX.
+SMOOTH_DUPLICATE_MODES = (ScatterMode.ADD, ScatterMode.SUB, ScatterMode.MUL, ScatterMode.MIN, ScatterMode.MAX)
+DUP_COLUMNS = np.array([1, -5, 1, 4])  # three updates per row land on column 1 of 6
+DUP_UPDATES = np.array([[0.0, 1.3, 0.9, -0.6], [0.0, -1.5, 0.0, 1.1], [0.8, -1.2, 1.6, 0.4]])
+
+
+def _dup_data(rng: np.random.Generator) -> np.ndarray:
+    data = rng.uniform(-2, 2, (3, 6))
+    data[:, 1] = (-0.8, 1.7, 0.3)  # away from the updates on column 1, so MIN/MAX have no ties
+    return data
+
+
+def _scatter(op: Any) -> Any:
+    def build(g: og.Graph, d: og.Tensor, u: og.Tensor, i: og.Tensor, mode: Any, **kw: Any) -> Any:
+        return [op(g, d, u, i, mode=m, **kw) for m in mode] if isinstance(mode, tuple) else op(g, d, u, i, mode=mode,
+                                                                                              **kw)
+    return build
+
+
+def _scatter_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    upd = _updates(rng, (3, 4), np.float64, ScatterMode.MUL)  # nonzero, for DIV
+    return [Sample([rand(rng, (5, 4), np.float64), upd, _distinct(rng, 3, 5)], {"axis": 0, "mode": MODES},
+                   "distinct-all-modes"),
+            Sample([_dup_data(rng), DUP_UPDATES, DUP_COLUMNS], {"axis": 1, "mode": SMOOTH_DUPLICATE_MODES},
+                   "duplicates-zero-updates")]
+
+
+def _scatter_nd_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    rows = np.repeat(np.arange(3), 4)
+    vectors = np.stack([rows, np.tile(DUP_COLUMNS, 3)], -1)
+    return [Sample([rand(rng, (4, 5, 3), np.float64), _updates(rng, (6, 3), np.float64, ScatterMode.MUL),
+                    _nd_indices(rng, (), (6,), (4, 5), True)], {"mode": MODES, "batch_dims": 0}, "distinct-all-modes"),
+            Sample([_dup_data(rng), DUP_UPDATES.reshape(-1), vectors], {"mode": SMOOTH_DUPLICATE_MODES,
+                                                                          "batch_dims": 0}, "duplicates-zero-updates")]
+
+
+def _scatter_along_axis_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (4, 5), np.float64), _updates(rng, (3, 5), np.float64, ScatterMode.MUL),
+                    _along_indices(rng, (3, 5), 4, 0, True)], {"axis": 0, "mode": MODES}, "distinct-all-modes"),
+            Sample([_dup_data(rng), DUP_UPDATES, np.tile(DUP_COLUMNS, (3, 1))],
+                   {"axis": -1, "mode": SMOOTH_DUPLICATE_MODES}, "duplicates-zero-updates")]
+
+
+def _gather_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, (3, 4, 5), np.float64), _idx(rng, (2, 3), 4)], {"axis": 1, "batch_dims": 0},
+                   "2d-indices-axis1"),
+            Sample([rand(rng, (2, 3, 4, 2), np.float64), _idx(rng, (2, 5), 4)], {"axis": 2, "batch_dims": 1},
+                   "batch1-axis2")]
+
+
 # ---- error cases ---------------------------------------------------------------------------------
 def _ph(g: og.Graph, shape: Sequence[int], dtype: Any = og.float32) -> og.Tensor:
     return g.placeholder(tuple(shape), dtype)
@@ -385,21 +437,20 @@ BAND_PART_ERRORS = [
 
 RECORDS = [
     OpInfo("gather", (ga.GATHER,), lambda g, x, i, axis, batch_dims: g.gather(x, i, axis, batch_dims),
-           _gather_samples, np_gather, errors=GATHER_ERRORS),
+           _gather_samples, np_gather, errors=GATHER_ERRORS, grad_samples=_gather_grad_samples),
     # the index depth (last dim of indices) fixes the result's rank, so it cannot be dynamic
     OpInfo("gather_nd", (ga.GATHER_ND,), lambda g, x, i, batch_dims: g.gather_nd(x, i, batch_dims),
            _gather_nd_samples, np_gather_nd, errors=GATHER_ND_ERRORS, dynamic=False),
     OpInfo("gather_along_axis", (ga.GATHER_ALONG_AXIS,), lambda g, x, i, axis: g.gather_along_axis(x, i, axis),
            _gather_along_axis_samples, np_gather_along_axis, errors=GATHER_ALONG_AXIS_ERRORS),
-    OpInfo("scatter", (ga.SCATTER,), lambda g, d, u, i, axis, mode: g.scatter(d, u, i, axis, mode),
+    OpInfo("scatter", (ga.SCATTER,), _scatter(og.Graph.scatter),
            _scatter_samples, lambda d, u, i, axis, mode: np_scatter(d, u, i, axis % d.ndim, mode),
-           errors=SCATTER_ERRORS, tol={torch.float16: (5e-3, 5e-3)}),
-    OpInfo("scatter_nd", (ga.SCATTER_ND,), lambda g, d, u, i, mode, batch_dims: g.scatter_nd(d, u, i, mode, batch_dims),
-           _scatter_nd_samples, np_scatter_nd, errors=SCATTER_ND_ERRORS),
-    OpInfo("scatter_along_axis", (ga.SCATTER_ALONG_AXIS,),
-           lambda g, d, u, i, axis, mode: g.scatter_along_axis(d, u, i, axis, mode), _scatter_along_axis_samples,
-           lambda d, u, i, axis, mode: np_scatter_along_axis(d, u, i, axis % d.ndim, mode),
-           errors=SCATTER_ALONG_AXIS_ERRORS),
+           errors=SCATTER_ERRORS, tol={torch.float16: (5e-3, 5e-3)}, grad_samples=_scatter_grad_samples),
+    OpInfo("scatter_nd", (ga.SCATTER_ND,), _scatter(og.Graph.scatter_nd),
+           _scatter_nd_samples, np_scatter_nd, errors=SCATTER_ND_ERRORS, grad_samples=_scatter_nd_grad_samples),
+    OpInfo("scatter_along_axis", (ga.SCATTER_ALONG_AXIS,), _scatter(og.Graph.scatter_along_axis),
+           _scatter_along_axis_samples, lambda d, u, i, axis, mode: np_scatter_along_axis(d, u, i, axis % d.ndim, mode),
+           errors=SCATTER_ALONG_AXIS_ERRORS, grad_samples=_scatter_along_axis_grad_samples),
     OpInfo("one_hot", (ga.ONE_HOT,), lambda g, i, **kw: g.one_hot(i, **kw), _one_hot_samples, np_one_hot,
            errors=ONE_HOT_ERRORS),
     OpInfo("coordinate_along_axis", (ga.COORDINATE_ALONG_AXIS,), lambda g, **kw: g.coordinate_along_axis(**kw),

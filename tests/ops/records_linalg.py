@@ -35,6 +35,20 @@ def _matmul_samples(rng: np.random.Generator) -> list[Sample]:
     ]
 
 
+def _matmul(g: og.Graph, *xs: og.Tensor) -> Any:
+    """``a @ b``; gradient samples give several pairs (one output each)."""
+    out = [a @ b for a, b in zip(xs[::2], xs[1::2], strict=True)]
+    return out[0] if len(out) == 1 else out
+
+
+def _matmul_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    def f(*shapes: tuple[int, ...]) -> list[Any]:
+        return [rand(rng, s, np.float64) for s in shapes]
+
+    return [Sample(f((4,), (2, 4, 3), (2, 3, 4), (4,)), desc="vector-left-and-right"),
+            Sample(f((2, 1, 3, 4), (5, 4, 2), (6,), (6,)), desc="batch-broadcast-and-dot")]
+
+
 def _bits(x: np.ndarray) -> np.ndarray:
     """Per-element popcount, by unpacking the bytes of each value."""
     x = np.ascontiguousarray(x)
@@ -117,8 +131,8 @@ INVERSE_ERRORS = [
 ]
 
 RECORDS = [
-    OpInfo("matmul", (linalg.MATMUL,), lambda g, a, b: a @ b, _matmul_samples, np.matmul, errors=MATMUL_ERRORS,
-           tol={torch.float16: (1e-2, 1e-2), torch.float32: (1e-5, 1e-5)}),
+    OpInfo("matmul", (linalg.MATMUL,), _matmul, _matmul_samples, np.matmul, errors=MATMUL_ERRORS,
+           tol={torch.float16: (1e-2, 1e-2), torch.float32: (1e-5, 1e-5)}, grad_samples=_matmul_grad_samples),
     OpInfo("hamming_distance", (linalg.HAMMING_DISTANCE,), lambda g, p, s, **kw: g.hamming_distance(p, s, **kw),
            _hamming_samples, np_hamming, errors=HAMMING_ERRORS),
     OpInfo("inverse", (linalg.INVERSE,), lambda g, x: g.inverse(x), _inverse_samples, np_inverse,

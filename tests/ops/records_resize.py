@@ -150,6 +150,62 @@ def _nearest_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
+# ---- gradients -------------------------------------------------------------------------------
+def np_resize_grad(gy: np.ndarray, x: np.ndarray, size: tuple[int, int], mode: ResizeMode, center_result: bool = True,
+                   align_corners: bool = False, data_layout: TensorLayout = TensorLayout.NCHW,
+                   nearest_rounding_mode: RM = RM.ROUND_PREFER_CEIL) -> np.ndarray:
+    """d sum(resize(x) * gy) / dx: each output pixel's gradient sent back to the pixels it read."""
+    h_ax, w_ax = data_layout.name.index("H"), data_layout.name.index("W")
+    g = np.moveaxis(gy.astype(np.float64), (h_ax, w_ax), (-2, -1))
+    n_h, n_w = x.shape[h_ax], x.shape[w_ax]
+    dx = np.zeros(g.shape[:-2] + (n_h, n_w))
+    for i in range(size[0]):
+        sy = source_coord(i, n_h, size[0], center_result, align_corners)
+        for j in range(size[1]):
+            sx = source_coord(j, n_w, size[1], center_result, align_corners)
+            if mode is ResizeMode.NEAREST:
+                rnd = ROUNDING[nearest_rounding_mode]
+                dx[..., min(max(rnd(sy), 0), n_h - 1), min(max(rnd(sx), 0), n_w - 1)] += g[..., i, j]
+                continue
+            y0, x0 = max(math.floor(sy), 0), max(math.floor(sx), 0)
+            y1, x1 = min(math.ceil(sy), n_h - 1), min(math.ceil(sx), n_w - 1)
+            ly, lx = sy - math.floor(sy), sx - math.floor(sx)
+            for yy, wy in ((y0, 1 - ly), (y1, ly)):
+                for xx, wx in ((x0, 1 - lx), (x1, lx)):
+                    dx[..., yy, xx] += g[..., i, j] * wy * wx
+    return np.moveaxis(dx, (-2, -1), (h_ax, w_ax))
+
+
+def _gradient_samples(forward: Callable[[np.random.Generator], list[Sample]]) -> Callable[..., list[Sample]]:
+    """(incoming gradient, input) for each floating forward sample."""
+
+    def samples(rng: np.random.Generator) -> list[Sample]:
+        out = []
+        for s in forward(rng):
+            x = s.inputs[0]
+            dt = x.dtype if isinstance(x, torch.Tensor) else np.asarray(x).dtype
+            if not (dt == BF16 or np.dtype(dt).kind == "f"):
+                continue
+            shape = list(x.shape)
+            layout = s.kwargs["data_layout"]
+            shape[layout.name.index("H")], shape[layout.name.index("W")] = s.kwargs["size"]
+            out.append(Sample([rand(rng, tuple(shape), dt), x], s.kwargs, s.desc))
+        return out
+
+    return samples
+
+
+def _gradient_build(method: str) -> Callable[..., og.Tensor]:
+    def build(g: og.Graph, gy: og.Tensor, x: og.Tensor, size: Any, mode: Any, **kw: Any) -> og.Tensor:
+        return getattr(g, method)(gy, x, **kw)  # type: ignore[no-any-return]
+
+    return build
+
+
+def _gradient_oracle(gy: np.ndarray, x: np.ndarray, **kw: Any) -> np.ndarray:
+    return np_resize_grad(np.asarray(gy, np.float64), np.asarray(x), **kw)
+
+
 # ---- error cases -----------------------------------------------------------------------------
 def _img(g: og.Graph, shape: tuple[int | None, ...] = (1, 2, 4, 4), dtype: og.DType = og.float32) -> og.Tensor:
     return g.placeholder(shape, dtype)
@@ -184,9 +240,24 @@ ERRORS_NEAREST = [
     ErrorCase(lambda g: g.resize_nearest(_img(g, dtype=og.int4), (2, 2)), og.DTypeError, "int4", "packed"),
 ]
 
+ERRORS_GRADIENT = [
+    ErrorCase(lambda g: g.resize_bilinear_gradient(_img(g, (1, 2, 3, 3)), _img(g, (1, 3, 4, 4))), og.ShapeError,
+              "incoming gradient", "gradient-shape"),
+    ErrorCase(lambda g: g.resize_bilinear_gradient(_img(g, (1, 2, None, 3)), _img(g)), og.ShapeError, "static H and W",
+              "dynamic-size"),
+    ErrorCase(lambda g: g.resize_nearest_gradient(_img(g, (1, 2, 3, 3), og.int32), _img(g)), og.DTypeError, "int32",
+              "int-gradient"),
+    ErrorCase(lambda g: g.resize_nearest_gradient(_img(g, (2, 3, 3)), _img(g)), og.ShapeError, "rank 4",
+              "gradient-rank"),
+]
+
 RECORDS = [
     OpInfo("resize_bilinear", (rs.RESIZE_BILINEAR,), lambda g, x, **kw: g.resize(x, **kw), _bilinear_samples,
            np_resize, errors=ERRORS_BILINEAR),
     OpInfo("resize_nearest", (rs.RESIZE_NEAREST,), lambda g, x, **kw: g.resize(x, **kw), _nearest_samples,
            np_resize, errors=ERRORS_NEAREST),
+    OpInfo("resize_bilinear_gradient", (rs.RESIZE_BILINEAR_GRADIENT,), _gradient_build("resize_bilinear_gradient"),
+           _gradient_samples(_bilinear_samples), _gradient_oracle, errors=ERRORS_GRADIENT),
+    OpInfo("resize_nearest_gradient", (rs.RESIZE_NEAREST_GRADIENT,), _gradient_build("resize_nearest_gradient"),
+           _gradient_samples(_nearest_samples), _gradient_oracle),
 ]

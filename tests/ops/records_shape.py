@@ -207,6 +207,40 @@ def _shape_of_samples(rng: np.random.Generator) -> list[Sample]:
             (((2, 3, 4), np.float32), ((5,), np.int32), ((), np.float32), ((0, 2), np.bool_))]
 
 
+# ---- reshape_like / split_like (shapes from reference tensors) ---------------------------------
+def _reshape_like_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample([rand(rng, (2, 3, 4)), rand(rng, (4, 6))], desc="f32"),
+        Sample([rand(rng, (2, 6), np.float64), rand(rng, (3, 2, 2), np.int32)], desc="f64-int-ref"),
+        Sample([rand(rng, (6,), np.int32), rand(rng, (2, 3), np.bool_)], desc="i32"),
+        Sample([rand(rng, (0, 3)), rand(rng, (3, 0))], desc="empty"),
+        Sample([rand(rng, ()), rand(rng, (1, 1))], desc="scalar"),
+    ]
+
+
+def _split_like_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample([rand(rng, (6, 4)), rand(rng, (1, 4)), rand(rng, (0, 4)), rand(rng, (5, 4))], {"axis": 0}, "f32"),
+        Sample([rand(rng, (3, 2), np.float64), rand(rng, (3, 5), np.int32)], {"axis": 0}, "f64-one"),
+        Sample([rand(rng, (2, 7), np.int64), rand(rng, (2, 3), np.int64), rand(rng, (9, 4), np.float16)],
+               {"axis": -1}, "i64-last-axis"),
+    ]
+
+
+def _split_like_oracle(x: np.ndarray, *refs: np.ndarray, axis: int) -> list[np.ndarray]:
+    return np.split(x, np.cumsum([r.shape[axis] for r in refs])[:-1], axis=axis)
+
+
+SPLIT_LIKE_ERRORS = [
+    _err(lambda g: g.split_like(_ph(g, (5, 2)), [_ph(g, (2, 2)), _ph(g, (2, 2))]), og.ShapeError, "do not sum",
+         "bad-sum"),
+    _err(lambda g: g.split_like(_ph(g, (5, 2)), [_ph(g, (5,))]), og.ShapeError, "rank", "rank"),
+    _err(lambda g: g.split_like(_ph(g, (5, 2)), []), og.ShapeError, "non-empty", "no-refs"),
+    _err(lambda g: g.split_like(_ph(g, (5, 2)), [_ph(g, (5, 2))], axis=2), og.ShapeError, "out of range",
+         "bad-axis"),
+]
+
+
 # ---- space_to_depth / depth_to_space ---------------------------------------------------------
 def _layout_samples(shape_nchw: tuple[int, int, int, int], b: int) -> Any:
     def samples(rng: np.random.Generator) -> list[Sample]:
@@ -286,7 +320,7 @@ RECORDS = [
     OpInfo("flatten2d", (sh.FLATTEN2D,), lambda g, x, axis: g.flatten(x, axis), _flatten_samples, _flatten_oracle,
            errors=[_err(lambda g: g.flatten(_ph(g, (2, 3)), 3), og.ShapeError, "out of range", "bad-axis")]),
     OpInfo("split", (sh.SPLIT,), lambda g, x, **kw: g.split(x, **kw), _split_samples, _split_oracle,
-           errors=SPLIT_ERRORS),
+           errors=SPLIT_ERRORS, grad_samples=lambda rng: _split_samples(rng)[-5:-3]),
     OpInfo("stack", (sh.STACK,), lambda g, *xs, axis: g.stack(list(xs), axis), _join_samples([(2, 3)] * 3, 1),
            lambda *xs, axis: np.stack(xs, axis), errors=STACK_ERRORS),
     OpInfo("concat", (sh.CONCAT,), lambda g, *xs, axis: g.concat(list(xs), axis),
@@ -296,6 +330,12 @@ RECORDS = [
            lambda x, shape: np.broadcast_to(x, shape), errors=BROADCAST_ERRORS),
     OpInfo("tile", (sh.TILE,), lambda g, x, multiples: g.tile(x, multiples), _tile_samples,
            lambda x, multiples: np.tile(x, multiples), errors=TILE_ERRORS),
+    OpInfo("reshape_like", (sh.RESHAPE_LIKE,), lambda g, x, ref: g.reshape_like(x, ref), _reshape_like_samples,
+           lambda x, ref: x.reshape(ref.shape),
+           errors=[_err(lambda g: g.reshape_like(_ph(g, (2, 3)), _ph(g, (4,))), og.ShapeError, "cannot reshape",
+                        "bad-size")]),
+    OpInfo("split_like", (sh.SPLIT_LIKE,), lambda g, x, *refs, axis: g.split_like(x, list(refs), axis),
+           _split_like_samples, _split_like_oracle, errors=SPLIT_LIKE_ERRORS),
     OpInfo("shape_of", (sh.SHAPE_OF,), lambda g, x: g.shape_of(x), _shape_of_samples,
            lambda x: np.array(x.shape, np.int32)),
     OpInfo("space_to_depth", (sh.SPACE_TO_DEPTH,), lambda g, x, **kw: g.space_to_depth(x, **kw),

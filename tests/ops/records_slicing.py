@@ -171,8 +171,68 @@ def _pad_samples(rng: np.random.Generator) -> list[Sample]:
     return out
 
 
-def _pad(g: og.Graph, x: og.Tensor, **kw: Any) -> og.Tensor:
-    return g.pad(x, kw.pop("padding_mode"), **kw)
+def _pad(g: og.Graph, x: og.Tensor, **kw: Any) -> Any:
+    mode = kw.pop("padding_mode")
+    if isinstance(mode, tuple):  # gradient samples: one output per mode
+        return [g.pad(x, m, **kw) for m in mode]
+    return g.pad(x, mode, **kw)
+
+
+def _pad_grad_samples(rng: np.random.Generator) -> list[Sample]:
+    gathers = ("reflect", "symmetric", "clamp_to_edge", "periodic")
+    return [Sample([rand(rng, (3, 4), np.float64)], {"padding_mode": tuple(NP_MODES), "left_padding": (2, 1),
+                                                     "right_padding": (1, 3), "constant_value": 1.5}, "all-modes"),
+            Sample([rand(rng, (3, 1, 2), np.float64)], {"padding_mode": gathers, "left_padding": (7, 2, 5),
+                                                        "right_padding": (8, 1, 4)}, "wider-than-input")]
+
+
+# ---- pad_gradient: the adjoint of pad ------------------------------------------------------------
+def _pad_gradient_oracle(t: np.ndarray, padding_mode: str, left_padding: Any, right_padding: Any) -> np.ndarray:
+    """Per axis: the source index of every padded position (np.pad of an arange), then add the values there."""
+    for i, (lo, hi) in enumerate(zip(left_padding, right_padding, strict=True)):
+        d = t.shape[i] - lo - hi
+        if NP_MODES[padding_mode] == "constant":
+            t = np.take(t, np.arange(lo, lo + d), axis=i)
+            continue
+        src = np.pad(np.arange(d), (lo, hi), mode=NP_MODES[padding_mode])
+        out = np.zeros(t.shape[:i] + (d,) + t.shape[i + 1:], t.dtype)
+        for j, k in enumerate(src):
+            idx_out: list[Any] = [slice(None)] * t.ndim
+            idx_in: list[Any] = [slice(None)] * t.ndim
+            idx_out[i], idx_in[i] = k, j
+            out[tuple(idx_out)] += t[tuple(idx_in)]
+        t = out
+    return t
+
+
+def _pad_gradient_samples(rng: np.random.Generator) -> list[Sample]:
+    out = []
+    for mode in NP_MODES:
+        for shape, left, right in (((8,), (2,), (3,)), ((6, 6), (1, 2), (2, 0)), ((3, 6, 8), (0, 2, 1), (1, 1, 3))):
+            out.append(Sample([rand(rng, shape, np.float32)], {"padding_mode": mode, "left_padding": left,
+                                                               "right_padding": right}, f"{mode}-rank{len(shape)}"))
+        out.append(Sample([rand(rng, (6, 8), np.int32, -9, 9)], {"padding_mode": mode, "left_padding": (2, 1),
+                                                                "right_padding": (1, 3)}, f"{mode}-int32"))
+        if mode not in ("constant", "zero"):
+            out.append(Sample([rand(rng, (18, 11), np.float64)], {"padding_mode": mode, "left_padding": (7, 5),
+                                                                  "right_padding": (8, 4)}, f"{mode}-wider-than-input"))
+    out.append(Sample([rand(rng, (), np.float32)], {"padding_mode": "reflect", "left_padding": (),
+                                                    "right_padding": ()}, "scalar"))
+    return out
+
+
+PAD_GRADIENT_ERRORS = [
+    ErrorCase(lambda g: g.pad_gradient(_ph(g, (3,)), "reflect", (2,), (1,)), og.ShapeError, "too small",
+              "nothing-left"),
+    ErrorCase(lambda g: g.pad_gradient(_ph(g, (3,)), "constant", (2,), (2,)), og.ShapeError, "too small",
+              "negative"),
+    ErrorCase(lambda g: g.pad_gradient(_ph(g, (3,)), "mirror", (1,), (1,)), og.AttributeValueError,
+              "unknown padding mode", "bad-mode"),
+    ErrorCase(lambda g: g.pad_gradient(_ph(g, (3, 3)), "reflect", (1,), (1,)), og.ShapeError, "1 entries",
+              "length"),
+    ErrorCase(lambda g: g.pad_gradient(_ph(g, (5,), og.bool_), "reflect", (1,), (1,)), og.DTypeError, "bool",
+              "bool"),
+]
 
 
 PAD_ERRORS = [
@@ -228,13 +288,18 @@ GETITEM_ERRORS = [
 
 RECORDS = [
     OpInfo("slice", (sl.SLICE,), lambda g, x, **kw: g.slice(x, **kw), _slice_samples, _slice_oracle,
-           errors=SLICE_ERRORS),
+           errors=SLICE_ERRORS, grad_samples=lambda rng: [_slice_samples(rng)[i] for i in (4, 5)]),  # masks, squeeze
     OpInfo("slice_update", (sl.SLICE_UPDATE,), lambda g, d, u, **kw: g.slice_update(d, u, **kw), _update_samples,
-           _slice_update_oracle, errors=UPDATE_ERRORS),
+           _slice_update_oracle, errors=UPDATE_ERRORS,
+           grad_samples=lambda rng: [_update_samples(rng)[i] for i in (5, -1)]),  # squeeze, broadcast-reversed
     OpInfo("reverse", (sl.REVERSE,), lambda g, x, axes: g.reverse(x, axes), _reverse_samples, _reverse_oracle,
            errors=[ErrorCase(lambda g: g.reverse(_ph(g, (2, 3)), 2), og.ShapeError, "out of range", "bad-axis"),
                    ErrorCase(lambda g: g.reverse(_ph(g, (2, 3)), (1, -1)), og.ShapeError, "repeat", "repeat")]),
-    OpInfo("pad", (sl.PAD,), _pad, _pad_samples, _pad_oracle, errors=PAD_ERRORS),
+    OpInfo("pad", (sl.PAD,), _pad, _pad_samples, _pad_oracle, errors=PAD_ERRORS, grad_samples=_pad_grad_samples),
+    OpInfo("pad_gradient", (sl.PAD_GRADIENT,), lambda g, t, padding_mode, **kw: g.pad_gradient(t, padding_mode, **kw),
+           _pad_gradient_samples, _pad_gradient_oracle, errors=PAD_GRADIENT_ERRORS,
+           grad_samples=lambda rng: [s for s in _pad_gradient_samples(rng)
+                                     if s.desc in ("reflect-rank3", "symmetric-wider-than-input")]),
     OpInfo("getitem", (sl.SLICE, sh.EXPAND_DIMS), lambda g, x, key: x[key], _getitem_samples,
            lambda x, key: x[key], errors=GETITEM_ERRORS),
 ]

@@ -162,3 +162,31 @@ def check_positive_sizes(sizes: Sequence[int | None], what: str) -> None:
     if any(s is not None and s < 1 for s in sizes):
         shown = tuple("?" if s is None else s for s in sizes)
         raise ShapeError(f"{what} would have spatial size {shown}: the window is larger than the padded source")
+
+
+def merge_dims(a: Sequence[int | None], b: Sequence[int | None]) -> tuple[int | None, ...]:
+    """Two views of one shape: each dim from ``a`` where known, else from ``b``."""
+    return tuple(x if x is not None else y for x, y in zip(a, b, strict=True))
+
+
+def check_same_dims(got: Sequence[int | None], want: Sequence[int | None], what: str) -> None:
+    """Dims known on both sides must agree (ranks too)."""
+    if len(got) != len(want) or any(x is not None and y is not None and x != y for x, y in zip(got, want)):
+        shown = lambda s: "(" + ", ".join("?" if v is None else str(v) for v in s) + ")"  # noqa: E731
+        raise ShapeError(f"{what} has shape {shown(got)}, expected {shown(want)}")
+
+
+def shape_or_like(t: Any) -> Any:
+    """What a gradient rule passes as a gradient op's ``output_shape``: the static shape of ``t``, or
+    ``t`` itself (a shape reference whose values are not read) when some dim is dynamic."""
+    return tuple(t.shape) if None not in t.shape else t
+
+
+def check_output_shape(value: Any, what: str) -> tuple[int, ...] | None:
+    """An ``output_shape`` attribute: None or a tuple of ints >= 0."""
+    if value is None:
+        return None
+    v = tuple(value) if isinstance(value, (list, tuple)) else value
+    if not (isinstance(v, tuple) and all(_is_int(x) and x >= 0 for x in v)):
+        raise AttributeValueError(f"{what} must be a sequence of ints >= 0, got {value!r}")
+    return v

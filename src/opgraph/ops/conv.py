@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import (
     PaddingStyle,
     TensorLayout,
@@ -35,9 +35,10 @@ from ._padding import (
     real_float_dtype,
     resolve_pads,
     set_ints,
+    shape_or_like,
 )
 from ._rules import expect_arity
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 Dim = int | None
 Pairs = tuple[tuple[int, int], ...]
@@ -335,6 +336,14 @@ DEPTHWISE_CONV2D = OpDef("depthwise_conv2d", infer=lambda d, ins: _conv_rule(d, 
                          doc="2-D depthwise convolution: each channel with M filters (channel multiplier)")
 
 
+@defvjp(CONV2D, CONV3D, DEPTHWISE_CONV2D)
+def _conv_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # the gradient ops of opgraph.ops.conv_grad: <op name>_data_gradient, <op name>_weights_gradient
+    x, w = op.inputs
+    data, weights = getattr(g, f"{op.op.name}_data_gradient"), getattr(g, f"{op.op.name}_weights_gradient")
+    return data(ct[0], w, shape_or_like(x), op.attrs), weights(ct[0], x, shape_or_like(w), op.attrs)
+
+
 # ---- conv_transpose2d --------------------------------------------------------------------------
 def _transposed_size(d: Conv2dDescriptor, k: int, size: Dim, kernel: Dim) -> Dim:
     """Inferred result size along spatial dim ``k``: the forward convolution's input size."""
@@ -423,6 +432,14 @@ def _conv_transpose2d_lower(ctx: LowerContext) -> Callable[..., Any]:
 CONV_TRANSPOSE2D = OpDef("conv_transpose2d", infer=_conv_transpose2d_rule, lower=_conv_transpose2d_lower,
                          attrs=ConvTranspose2dAttrs, fusion=FusionKind.OPAQUE,
                          doc="2-D transposed convolution: the data gradient of conv2d with the same descriptor")
+
+
+@defvjp(CONV_TRANSPOSE2D)
+def _conv_transpose2d_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # y = D(x, w), the data gradient of r -> conv2d(r, w): <c, y> = <x, conv2d(c, w)>
+    x, w = op.inputs
+    d = op.attrs.descriptor
+    return g.conv2d(ct[0], w, d), g.conv2d_weights_gradient(x, ct[0], shape_or_like(w), d)
 
 
 # ---- builder methods ---------------------------------------------------------------------------

@@ -9,6 +9,14 @@ does for gather; opgraph does it for every op here). An index outside ``[-dim, d
 ``og.ExecutionError`` at run time (MPSGraph instead zero-fills or skips such elements; opgraph checks
 explicitly, at the cost of one host sync per op, so that a bad index never reads or writes garbage).
 Scatter builders default to ``ScatterMode.ADD`` (MPSGraph's first mode; its mode-less scatterND sums).
+
+Gradients: a gather's is a scatter-add into zeros (none to indices). A scatter's, per mode, with ``u`` the
+updates landing on a position: SET gives data the cotangent zeroed where written and each update the
+cotangent at its position (with duplicate indices every duplicate gets it: the winner is unspecified); ADD
+and SUB pass it to data and (negated for SUB) to the updates; MUL gives data ``ct * prod(u)`` and an update
+``ct * data * prod(other u)`` (exact with zero updates); DIV gives data ``ct / prod(u)`` and an update
+``-ct * out / u``; MIN and MAX give the cotangent to the data element or updates equal to the result,
+split equally among ties (as PyTorch's ``scatter_reduce``).
 """
 
 from __future__ import annotations
@@ -21,13 +29,13 @@ from typing import Any
 import torch
 
 from ..core.dtype import DType, as_dtype, float32, int32
-from ..core.errors import AttributeValueError, DTypeError, ShapeError
+from ..core.errors import AttributeValueError, DTypeError, GraphError, ShapeError
 from ..core.shape import Dim, Shape, as_shape, format_shape, normalize_axis
 from ..core.types import TensorType
 from ..ir.attrs import serializable
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._rules import expect_arity, expect_dtype, same_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 INJECTIVE = FusionKind.INJECTIVE
 OPAQUE = FusionKind.OPAQUE
@@ -356,6 +364,96 @@ SCATTER_ALONG_AXIS = OpDef("scatter_along_axis", infer=_scatter_along_axis_rule,
                                "(torch.scatter_reduce)")
 
 
+# ---- gradients (see the module docstring) ----------------------------------------------------------
+Grads = tuple[Tensor | None, ...]
+
+
+@defvjp(GATHER)
+def _gather_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    x, idx = op.inputs
+    a, b = op.attrs.axis, op.attrs.batch_dims
+    vectors = g.expand_dims(idx, idx.rank)  # index vectors of depth 1 for scatter_nd
+    if a == b:
+        return g.scatter_nd(g.zeros_like(x), ct[0], vectors, ScatterMode.ADD, b), None
+    # scatter_nd indexes the axis right after the batch dims: move the gathered axis (and the index dims) there
+    q, r = idx.rank - b, x.rank
+    perm_x = [*range(b), a, *range(b, a), *range(a + 1, r)]
+    perm_ct = [*range(b), *range(a, a + q), *range(b, a), *range(a + q, r - 1 + q)]
+    moved = g.scatter_nd(g.transpose(g.zeros_like(x), perm_x), g.transpose(ct[0], perm_ct), vectors,
+                         ScatterMode.ADD, b)
+    return g.transpose(moved, sorted(range(r), key=perm_x.__getitem__)), None
+
+
+@defvjp(GATHER_ND)
+def _gather_nd_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    x, idx = op.inputs
+    return g.scatter_nd(g.zeros_like(x), ct[0], idx, ScatterMode.ADD, op.attrs.batch_dims), None
+
+
+@defvjp(GATHER_ALONG_AXIS)
+def _gather_along_axis_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    x, idx = op.inputs
+    return g.scatter_along_axis(g.zeros_like(x), ct[0], idx, op.attrs.axis, ScatterMode.ADD), None
+
+
+def _scatter_grads(g: Any, op: Operation, c: Tensor, put: Callable[[Tensor, Tensor, ScatterMode], Tensor],
+                   take: Callable[[Tensor], Tensor]) -> Grads:
+    """``put(data, updates, mode)`` scatters with the op's indices; ``take(t)`` reads ``t`` (data-shaped)
+    at the updates' positions."""
+    data, upd = op.inputs[0], op.inputs[1]
+    mode, out, dt = op.attrs.mode, op.outputs[0], c.dtype
+    if mode is ScatterMode.SET:
+        return put(c, g.zeros_like(upd), ScatterMode.SET), take(c), None
+    if mode in (ScatterMode.ADD, ScatterMode.SUB):
+        return c, take(c) if mode is ScatterMode.ADD else g.negative(take(c)), None
+    if mode in (ScatterMode.MIN, ScatterMode.MAX):
+        hit_data = g.cast(g.equal(data, out), dt)
+        hit_upd = g.cast(g.equal(upd, take(out)), dt)
+        share = g.divide(c, g.add(hit_data, put(g.zeros_like(data), hit_upd, ScatterMode.ADD)))
+        return g.multiply(share, hit_data), g.multiply(take(share), hit_upd), None
+    if mode is ScatterMode.DIV:
+        d_upd = g.negative(g.divide(take(g.multiply(c, out)), upd))
+        return g.divide(c, put(g.ones_like(data), upd, ScatterMode.MUL)), d_upd, None
+    # MUL: d out / d u_j = data * (product of the other updates), without dividing by a zero u_j
+    d_data = g.multiply(c, put(g.ones_like(data), upd, ScatterMode.MUL))
+    is_zero = g.cast(g.equal(upd, 0), dt)
+    safe = g.add(upd, is_zero)  # zero updates replaced by ones
+    zeros = put(g.zeros_like(data), is_zero, ScatterMode.ADD)  # zero updates per position
+    at = take(g.multiply(g.multiply(c, data), put(g.ones_like(data), safe, ScatterMode.MUL)))
+    others = g.add(g.divide(g.multiply(g.subtract(1, is_zero), take(g.cast(g.equal(zeros, 0), dt))), safe),
+                   g.multiply(is_zero, take(g.cast(g.equal(zeros, 1), dt))))
+    return d_data, g.multiply(at, others), None
+
+
+@defvjp(SCATTER)
+def _scatter_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    idx, axis = op.inputs[2], op.attrs.axis
+    return _scatter_grads(g, op, ct[0], lambda d, u, m: g.scatter(d, u, idx, axis, m),
+                          lambda t: g.gather(t, idx, axis))
+
+
+@defvjp(SCATTER_ND)
+def _scatter_nd_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    data, upd, idx = op.inputs
+    b = op.attrs.batch_dims
+    vectors = idx
+    if idx.shape[-1] is None:  # gather_nd needs a static index depth; it follows from the ranks
+        k = data.rank - upd.rank + idx.rank - b - 1
+        if k == 0:
+            raise GraphError("gradients: scatter_nd with a dynamic index depth of 0 has no gradient rule; "
+                             "give the indices a static last dimension")
+        vectors = g.stack([g.squeeze(p, -1) for p in g.split(idx, k, axis=-1)], -1)
+    return _scatter_grads(g, op, ct[0], lambda d, u, m: g.scatter_nd(d, u, idx, m, b),
+                          lambda t: g.gather_nd(t, vectors, b))
+
+
+@defvjp(SCATTER_ALONG_AXIS)
+def _scatter_along_axis_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    idx, axis = op.inputs[2], op.attrs.axis
+    return _scatter_grads(g, op, ct[0], lambda d, u, m: g.scatter_along_axis(d, u, idx, axis, m),
+                          lambda t: g.gather_along_axis(t, idx, axis))
+
+
 # ---- one_hot, coordinate_along_axis, band_part ----------------------------------------------------
 @attrs
 class OneHotAttrs:
@@ -455,6 +553,11 @@ def _band_part_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 BAND_PART = OpDef("band_part", infer=_band_part_rule, lower=_band_part_lower, attrs=BandPartAttrs,
                   fusion=INJECTIVE, doc="keep a diagonal band of each matrix, zero the rest (TF matrix_band_part)")
+
+
+@defvjp(BAND_PART)
+def _band_part_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    return (g._apply(BAND_PART, [ct[0]], op.attrs),)
 
 
 # ---- builder methods -----------------------------------------------------------------------------

@@ -11,10 +11,10 @@ from ..core.dtype import DType, as_dtype, int32, promote_types
 from ..core.errors import DTypeError, ShapeError
 from ..core.shape import Shape, broadcast_shapes, format_shape
 from ..core.types import TensorType
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._rules import expect_arity, expect_dtype, same_dtype
 from .elementwise import CAST, CastAttrs
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 OPAQUE = FusionKind.OPAQUE
 
@@ -63,6 +63,28 @@ def _matmul_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 MATMUL = OpDef("matmul", infer=_matmul_rule, lower=_matmul_lower, fusion=OPAQUE,
                doc="matrix product with batch broadcasting; 1-D operands as in numpy.matmul")
+Grads = tuple[Tensor | None, ...]
+
+
+def _mT(g: Any, t: Tensor) -> Tensor:
+    """Swap the last two axes (no conjugation: rules transpose, as the elementwise ones do)."""
+    return g.transpose(t, [*range(t.rank - 2), t.rank - 1, t.rank - 2])
+
+
+@defvjp(MATMUL)
+def _matmul_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    x, y = op.inputs
+    # 1-D operands as matrices: x a row, y a column; their axes put back into the cotangent
+    x2 = g.expand_dims(x, 0) if x.rank == 1 else x
+    y2 = g.expand_dims(y, 1) if y.rank == 1 else y
+    c = ct[0]
+    if y.rank == 1:
+        c = g.expand_dims(c, c.rank)
+    if x.rank == 1:
+        c = g.expand_dims(c, c.rank - 1)
+    dx = g.sum_to(g.matmul(c, _mT(g, y2)), x2)  # sum_to undoes the batch broadcasting
+    dy = g.sum_to(g.matmul(_mT(g, x2), c), y2)
+    return (g.squeeze(dx, 0) if x.rank == 1 else dx), (g.squeeze(dy, 1) if y.rank == 1 else dy)
 
 
 # ---- hamming_distance ----------------------------------------------------------------------------
@@ -128,6 +150,12 @@ def _inverse_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 INVERSE = OpDef("inverse", infer=_inverse_rule, lower=_inverse_lower, fusion=OPAQUE,
                 doc="inverse of each square matrix; a singular matrix raises og.ExecutionError at run time")
+
+
+@defvjp(INVERSE)
+def _inverse_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
+    inv_t = _mT(g, op.outputs[0])  # d(A^-1) = -A^-1 dA A^-1, so the adjoint is -A^-T ct A^-T
+    return (g.negative(g.matmul(g.matmul(inv_t, ct[0]), inv_t)),)
 
 
 # ---- builder methods -----------------------------------------------------------------------------

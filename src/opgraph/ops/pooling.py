@@ -9,10 +9,14 @@ and the output size (with ``ceil_mode``) follow ``opgraph.ops._padding``.
   source, or, with ``include_zero_pad_to_average``, also those in the padding (never those past it
   that only ``ceil_mode`` adds). A window with nothing to count gives NaN.
 * L2 norm: ``sqrt(sum(x ** 2))`` over the window, padding as zeros.
+
+Max pooling with indices (``return_indices_mode``) and the gradient ops live in
+``opgraph.ops.pooling_indices`` and ``opgraph.ops.pooling_grad``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Callable, Sequence
@@ -21,9 +25,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..core.errors import AttributeValueError, ShapeError
+from ..core.dtype import DType, as_dtype, int32, int64
+from ..core.errors import AttributeValueError, OpgraphError, ShapeError
 from ..core.types import TensorType
-from ..ir.graph import GraphCore, Tensor
+from ..ir.attrs import serializable
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import (
     PaddingStyle,
     TensorLayout,
@@ -36,11 +42,55 @@ from ._padding import (
     real_float_dtype,
     resolve_pads,
     set_ints,
+    shape_or_like,
 )
 from ._rules import expect_arity
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 Pairs = tuple[tuple[int, int], ...]
+INDEX_DTYPES = (int32, int64)
+
+
+@serializable
+class PoolingReturnIndicesMode(enum.Enum):
+    """MPSGraph's ``MPSGraphPoolingReturnIndicesMode``: what ``max_pool*_return_indices`` counts.
+
+    ``GLOBAL_FLATTEN_ND``: the maximum's coordinates in the N innermost dims of the source as stored,
+    flattened row-major (NCHW with N = 2: ``h * W + w``, PyTorch's index). ``LOCAL_FLATTEN_ND``: its
+    offset within the pooling window, flattened over the window's N innermost dims. A 2-D
+    descriptor's window spans (1, 1, kH, kW) of NCHW, (1, kH, kW, 1) of NHWC.
+    """
+
+    NONE = 0
+    GLOBAL_FLATTEN_1D = 1
+    GLOBAL_FLATTEN_2D = 2
+    GLOBAL_FLATTEN_3D = 3
+    GLOBAL_FLATTEN_4D = 4
+    LOCAL_FLATTEN_1D = 5
+    LOCAL_FLATTEN_2D = 6
+    LOCAL_FLATTEN_3D = 7
+    LOCAL_FLATTEN_4D = 8
+
+    @property
+    def flatten_dims(self) -> int:
+        """N: how many of the innermost dims the index spans (0 for NONE)."""
+        return 0 if self.value == 0 else (self.value - 1) % 4 + 1
+
+    @property
+    def is_local(self) -> bool:
+        return self.value > 4
+
+
+def _check_indices_fields(d: Any) -> None:
+    check_enum(d, "return_indices_mode", list(PoolingReturnIndicesMode))
+    try:
+        dt = as_dtype(d.return_indices_data_type)
+    except OpgraphError:
+        dt = None
+    if dt not in INDEX_DTYPES:
+        raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type must be int32 or int64, "
+                                  f"got {d.return_indices_data_type!r}")
+    object.__setattr__(d, "return_indices_data_type", dt)
 
 
 # ---- descriptors -------------------------------------------------------------------------------
@@ -62,6 +112,8 @@ class Pooling2dDescriptor:
     ceil_mode: bool = False
     include_zero_pad_to_average: bool = False
     data_layout: TensorLayout = TensorLayout.NCHW
+    return_indices_mode: PoolingReturnIndicesMode = PoolingReturnIndicesMode.NONE
+    return_indices_data_type: DType = int32
 
     def __post_init__(self) -> None:
         for f in ("kernel_width", "kernel_height", "stride_in_x", "stride_in_y", "dilation_rate_in_x",
@@ -73,6 +125,7 @@ class Pooling2dDescriptor:
         check_bool(self, "ceil_mode")
         check_bool(self, "include_zero_pad_to_average")
         check_enum(self, "data_layout", (TensorLayout.NCHW, TensorLayout.NHWC))
+        _check_indices_fields(self)
 
     # the pooled dims in (y, x) order, as Pooling4dDescriptor's fields
     @property
@@ -110,6 +163,8 @@ class Pooling4dDescriptor:
     padding_style: PaddingStyle = PaddingStyle.EXPLICIT
     ceil_mode: bool = False
     include_zero_pad_to_average: bool = False
+    return_indices_mode: PoolingReturnIndicesMode = PoolingReturnIndicesMode.NONE
+    return_indices_data_type: DType = int32
 
     def __post_init__(self) -> None:
         set_ints(self, "kernel_sizes", 4, 1)
@@ -119,6 +174,7 @@ class Pooling4dDescriptor:
         check_enum(self, "padding_style", list(PaddingStyle))
         check_bool(self, "ceil_mode")
         check_bool(self, "include_zero_pad_to_average")
+        _check_indices_fields(self)
 
     @property
     def padding_pairs(self) -> Pairs:
@@ -127,6 +183,17 @@ class Pooling4dDescriptor:
 
 
 Descriptor = Pooling2dDescriptor | Pooling4dDescriptor
+
+
+def window4(d: Descriptor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Pairs]:
+    """(kernel, strides, dilations, explicit padding) over the 4 innermost dims of the source as
+    stored: a 2-D descriptor is the window (1, 1, kH, kW) over NCHW, (1, kH, kW, 1) over NHWC."""
+    if isinstance(d, Pooling4dDescriptor):
+        return d.kernel_sizes, d.strides, d.dilation_rates, d.padding_pairs
+    (kh, kw), (sy, sx), (dy, dx), (tb, lr) = d.kernel_sizes, d.strides, d.dilation_rates, d.padding_pairs
+    if d.data_layout.channels_last:
+        return (1, kh, kw, 1), (1, sy, sx, 1), (1, dy, dx, 1), ((0, 0), tb, lr, (0, 0))
+    return (1, 1, kh, kw), (1, 1, sy, sx), (1, 1, dy, dx), ((0, 0), (0, 0), tb, lr)
 
 
 # ---- type rules --------------------------------------------------------------------------------
@@ -309,6 +376,45 @@ AVG_POOL4D = _pool("avg_pool4d", _Kind.AVG, False, "mean over windows of the 4 i
 L2_NORM_POOL4D = _pool("l2_norm_pool4d", _Kind.L2, False, "L2 norm over windows of the 4 innermost dims")
 
 
+# ---- gradients ---------------------------------------------------------------------------------
+@defvjp(AVG_POOL2D, AVG_POOL4D)
+def _avg_pool_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    fn = g.avg_pool2d_gradient if op.op is AVG_POOL2D else g.avg_pool4d_gradient
+    return (fn(ct[0], op.inputs[0], op.attrs),)
+
+
+@defvjp(L2_NORM_POOL2D, L2_NORM_POOL4D)
+def _l2_norm_pool_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    fn = g.l2_norm_pool2d_gradient if op.op is L2_NORM_POOL2D else g.l2_norm_pool4d_gradient
+    return (fn(ct[0], op.inputs[0], op.attrs),)
+
+
+def recompute_descriptor(d: Descriptor) -> Descriptor:
+    """``d`` with int64 global indices over the innermost dims the window moves in (NCHW: ``h * W + w``,
+    PyTorch's index; NHWC: ``(h * W + w) * C + c``): what plain max pooling's gradient recomputes."""
+    kernel = window4(d)[0]
+    first = next((i for i, k in enumerate(kernel) if k > 1), 3)
+    mode = PoolingReturnIndicesMode(4 - first)
+    return dataclasses.replace(d, return_indices_mode=mode, return_indices_data_type=int64)
+
+
+def recomputed_max_pool_gradient(g: Any, x: Tensor, d: Descriptor, ct: Tensor) -> Tensor:
+    """The gradient of max pooling ``x``: its argmax recomputed (max_pool*_return_indices), then
+    max_pool*_gradient. A forward built with max_pool*_return_indices saves the recomputation."""
+    d = recompute_descriptor(d)
+    if isinstance(d, Pooling2dDescriptor):
+        idx = g.max_pool2d_return_indices(x, d)[1]
+        return g.max_pool2d_gradient(ct, idx, shape_or_like(x), d)  # type: ignore[no-any-return]
+    idx = g.max_pool4d_return_indices(x, d)[1]
+    return g.max_pool4d_gradient(ct, idx, shape_or_like(x), d)  # type: ignore[no-any-return]
+
+
+@defvjp(MAX_POOL2D, MAX_POOL4D)
+def _max_pool_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    return (recomputed_max_pool_gradient(g, op.inputs[0], op.attrs, ct[0]),)
+
+
+
 # ---- builder methods ---------------------------------------------------------------------------
 def _descriptor(op: str, value: Any, cls: type) -> Any:
     if not isinstance(value, cls):
@@ -356,4 +462,4 @@ class PoolingBuilders(GraphCore):
 
 
 __all__ = ["AVG_POOL2D", "AVG_POOL4D", "L2_NORM_POOL2D", "L2_NORM_POOL4D", "MAX_POOL2D", "MAX_POOL4D",
-           "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingBuilders"]
+           "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingBuilders", "PoolingReturnIndicesMode", "window4"]

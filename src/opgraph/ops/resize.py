@@ -8,6 +8,10 @@ as in TensorFlow 2's resize:
 * ``center_result``:   ``(d + 0.5) * n / m - 0.5`` (half-pixel centers);
 * neither:             ``d * n / m`` (asymmetric).
 
+The gradient ops (MPSGraph ``resizeNearest/resizeBilinear(withGradient:input:...)``) take the result's
+gradient and the input (only its shape is read) and sum the gradient back onto the source pixels
+each output pixel read (bilinear: weighted by its two interpolation weights per axis).
+
 Nearest rounds that coordinate with ``nearest_rounding_mode`` (computed exactly in integers, so
 ties are ties) and clamps it into ``[0, n - 1]``; bilinear interpolates between the two neighbours
 after clamping the coordinate at 0, TensorFlow's rule. Nearest is pure data movement (any dtype);
@@ -27,11 +31,11 @@ from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ..ir.attrs import serializable
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import TensorLayout, check_enum
 from ._rules import expect_arity, expect_dtype
 from .norm import compute_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
 @serializable
@@ -230,10 +234,101 @@ RESIZE_BILINEAR = OpDef("resize_bilinear", infer=_resize_bilinear_rule, lower=_r
                         doc="bilinear resize of the H and W dims")
 
 
+# ---- gradients -------------------------------------------------------------------------------
+def _gradient_rule(forward: Callable[[Any, tuple[TensorType, ...]], TensorType]) -> Any:
+    def rule(a: Any, ins: tuple[TensorType, ...]) -> TensorType:
+        expect_arity(ins, 2)
+        grad, x = ins
+        expect_dtype(grad, FLOAT_DTYPES)
+        fwd = forward(a, (x,))
+        if grad.rank != fwd.rank or any(g is not None and f is not None and g != f
+                                        for g, f in zip(grad.shape, fwd.shape, strict=True)):
+            raise ShapeError(f"the incoming gradient has shape {grad.shape}, the resize result has {fwd.shape}")
+        return TensorType(tuple(s if s is not None else g for s, g in zip(x.shape, grad.shape, strict=True)),
+                          grad.dtype)
+
+    return rule
+
+
+def _gradient_lower(bilinear: bool) -> Callable[[LowerContext], Callable[..., Any]]:
+    def lower(ctx: LowerContext) -> Callable[..., Any]:
+        a = ctx.attrs
+        dt = ctx.in_types[0].dtype
+        out, ct = dt.torch_dtype, compute_dtype(dt)
+        h, w = spatial_axes(a.data_layout)
+        rank = ctx.in_types[0].rank
+        cache: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+
+        def taps(ax: int, n_in: int, n_out: int) -> tuple[torch.Tensor, ...]:
+            if (ax, n_in) not in cache:
+                view = [1] * rank
+                view[ax] = n_out
+                if bilinear:
+                    lo, hi, wt = linear_taps(n_in, n_out, a.center_result, a.align_corners)
+                    cache[(ax, n_in)] = (lo.to(ctx.device), hi.to(ctx.device), wt.to(ct).reshape(view).to(ctx.device))
+                else:
+                    cache[(ax, n_in)] = (nearest_indices(n_in, n_out, a.center_result, a.align_corners,
+                                                         a.nearest_rounding_mode).to(ctx.device),)
+            return cache[(ax, n_in)]
+
+        def run(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            g = grad.to(ct)
+            if bilinear and (a.align_corners or a.center_result):  # PyTorch's bilinear modes: its backward
+                cf = g.movedim((h, w), (2, 3))
+                size = (cf.shape[0], cf.shape[1], x.shape[h], x.shape[w])
+                dx = torch.ops.aten.upsample_bilinear2d_backward(cf, a.size, size, a.align_corners)
+                return dx.movedim((2, 3), (h, w)).to(out)
+            for ax, n_out in ((w, a.size[1]), (h, a.size[0])):  # the forward's axes in reverse
+                shape = list(g.shape)
+                shape[ax] = x.shape[ax]
+                t = taps(ax, x.shape[ax], n_out)
+                acc = g.new_zeros(shape).index_add_(ax, t[0], g * (1 - t[2]) if bilinear else g)
+                g = acc.index_add_(ax, t[1], g * t[2]) if bilinear else acc
+            return g.to(out)
+
+        return run
+
+    return lower
+
+
+RESIZE_NEAREST_GRADIENT = OpDef("resize_nearest_gradient", infer=_gradient_rule(_resize_nearest_rule),
+                                lower=_gradient_lower(False), attrs=ResizeNearestAttrs, fusion=FusionKind.OPAQUE,
+                                doc="gradient of resize_nearest: the result's gradient summed onto the source pixels")
+RESIZE_BILINEAR_GRADIENT = OpDef("resize_bilinear_gradient", infer=_gradient_rule(_resize_bilinear_rule),
+                                 lower=_gradient_lower(True), attrs=ResizeBilinearAttrs, fusion=FusionKind.OPAQUE,
+                                 doc="gradient of resize_bilinear: the result's gradient spread back by the weights")
+
+
+@defvjp(RESIZE_NEAREST, RESIZE_BILINEAR)
+def _resize_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    grad_op = RESIZE_NEAREST_GRADIENT if op.op is RESIZE_NEAREST else RESIZE_BILINEAR_GRADIENT
+    return (g._apply(grad_op, [ct[0], op.inputs[0]], op.attrs),)
+
+
+@defvjp(RESIZE_NEAREST_GRADIENT, RESIZE_BILINEAR_GRADIENT)
+def _resize_gradient_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # linear in the gradient, whose adjoint is the forward resize; the input gives only the shape
+    forward = RESIZE_NEAREST if op.op is RESIZE_NEAREST_GRADIENT else RESIZE_BILINEAR
+    return g._apply(forward, [ct[0]], op.attrs), None
+
+
 # ---- builder methods -------------------------------------------------------------------------
 def _size(size: Any) -> Any:
     """A list or tuple (or torch.Size) of sizes as a tuple; anything else is left for the type rule."""
     return tuple(size) if isinstance(size, (list, tuple)) else size
+
+
+def _gradient_size(gradient: Any, layout: Any) -> Any:
+    """The resize's (height, width): the incoming gradient's, which must be static."""
+    if not isinstance(gradient, Tensor) or not isinstance(layout, TensorLayout) or layout not in LAYOUTS:
+        return None  # the type rule reports it
+    if gradient.rank != 4:
+        raise ShapeError(f"resize gradient: the incoming gradient must have rank 4, got {gradient.type}")
+    size = tuple(gradient.shape[ax] for ax in spatial_axes(layout))
+    if None in size:
+        raise ShapeError(f"resize gradient: the incoming gradient {gradient.type} needs static H and W "
+                         "(they are the resize's size)")
+    return size
 
 
 class ResizeBuilders(GraphCore):
@@ -276,6 +371,32 @@ class ResizeBuilders(GraphCore):
         a = ResizeBilinearAttrs(_size(size), center_result, align_corners, data_layout)
         return self._apply(RESIZE_BILINEAR, [self._as_tensor(x)], a, name)
 
+    def resize_nearest_gradient(self, gradient: Tensor, input: Tensor, *,
+                                nearest_rounding_mode: ResizeNearestRoundingMode =
+                                ResizeNearestRoundingMode.ROUND_PREFER_CEIL,
+                                center_result: bool = True, align_corners: bool = False,
+                                data_layout: TensorLayout = TensorLayout.NCHW, name: str | None = None) -> Tensor:
+        """Gradient of ``resize_nearest(input, ...)`` given the result's gradient (MPSGraph
+        ``resizeNearest(withGradient:input:...)``); only the input's shape is read.
 
-__all__ = ["RESIZE_BILINEAR", "RESIZE_NEAREST", "ResizeBilinearAttrs", "ResizeBuilders", "ResizeMode",
+        >>> import opgraph as og, torch
+        >>> g = og.Graph(); dy = g.placeholder((1, 1, 1, 4)); x = g.placeholder((1, 1, 1, 2))
+        >>> dx = g.resize_nearest_gradient(dy, x)
+        >>> g.run({dy: torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]]), x: torch.zeros(1, 1, 1, 2)}, [dx])[0].tolist()
+        [[[[3.0, 7.0]]]]
+        """
+        a = ResizeNearestAttrs(_gradient_size(gradient, data_layout), center_result, align_corners, data_layout,
+                               nearest_rounding_mode)
+        return self._apply(RESIZE_NEAREST_GRADIENT, [gradient, input], a, name)
+
+    def resize_bilinear_gradient(self, gradient: Tensor, input: Tensor, *, center_result: bool = True,
+                                 align_corners: bool = False, data_layout: TensorLayout = TensorLayout.NCHW,
+                                 name: str | None = None) -> Tensor:
+        """Gradient of ``resize_bilinear(input, ...)`` given the result's gradient (MPSGraph
+        ``resizeBilinear(withGradient:input:...)``); only the input's shape is read."""
+        a = ResizeBilinearAttrs(_gradient_size(gradient, data_layout), center_result, align_corners, data_layout)
+        return self._apply(RESIZE_BILINEAR_GRADIENT, [gradient, input], a, name)
+
+
+__all__ = ["RESIZE_BILINEAR", "RESIZE_BILINEAR_GRADIENT", "RESIZE_NEAREST", "RESIZE_NEAREST_GRADIENT", "ResizeBilinearAttrs", "ResizeBuilders", "ResizeMode",
            "ResizeNearestAttrs", "ResizeNearestRoundingMode", "linear_taps", "nearest_indices", "spatial_axes"]

@@ -1,5 +1,6 @@
 """Shape and layout ops: reshape, transpose, expand_dims, squeeze, flatten (MPSGraph's flatten2D), split,
-stack, concat, broadcast_to, tile, shape_of, space_to_depth, depth_to_space.
+stack, concat, broadcast_to, tile, shape_of, space_to_depth, depth_to_space; reshape_like and split_like
+(shapes read from reference tensors at run time) serve gradients with dynamic dims.
 
 Movement ops lower to PyTorch views where PyTorch has one (reshape, permute, expand): they copy nothing.
 Dynamic (``None``) dims flow through every type rule; lowerings read such dims from the runtime tensor.
@@ -18,10 +19,10 @@ from ..core.dtype import int32
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.shape import Dim, Shape, format_shape, normalize_axes, normalize_axis, numel
 from ..core.types import TensorType
-from ..ir.graph import GraphCore, Tensor
+from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import TensorLayout
 from ._rules import expect_arity, same_dtype
-from .registry import FusionKind, LowerContext, OpDef, attrs
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 INJECTIVE = FusionKind.INJECTIVE
 
@@ -115,6 +116,47 @@ def _reshape_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 RESHAPE = OpDef("reshape", infer=_reshape_rule, lower=_reshape_lower, attrs=ReshapeAttrs, fusion=INJECTIVE,
                 doc="the same elements (row-major order) in a new shape; one dim may be -1")
+Cotangents = tuple[Tensor, ...]
+Grads = tuple[Tensor | None, ...]
+
+
+def reshape_back(g: Any, t: Tensor, like: Tensor) -> Tensor:
+    """``t`` reshaped to ``like``'s shape: a static reshape when that is known, else read at run time."""
+    if None in like.shape:
+        return g.reshape_like(t, like)
+    return t if t.shape == like.shape else g.reshape(t, like.shape)
+
+
+@defvjp(RESHAPE)
+def _reshape_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (reshape_back(g, ct[0], op.inputs[0]),)
+
+
+def _reshape_like_rule(a: None, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 2)
+    x, ref = ins
+    n, m = numel(x.shape), numel(ref.shape)
+    if n is not None and m is not None and n != m:
+        raise ShapeError(f"cannot reshape {format_shape(x.shape)} ({n} elements) to the reference's shape "
+                         f"{format_shape(ref.shape)} ({m} elements)")
+    return TensorType(ref.shape, x.dtype)
+
+
+def _reshape_like_lower(ctx: LowerContext) -> Callable[..., Any]:
+    out = ctx.out_types[0]
+    if out.is_static:
+        shape = out.shape
+        return lambda x, ref: x.reshape(shape)
+    return lambda x, ref: x.reshape(ref.shape)
+
+
+RESHAPE_LIKE = OpDef("reshape_like", infer=_reshape_like_rule, lower=_reshape_like_lower, fusion=INJECTIVE,
+                     doc="the first input's elements in the second input's shape (read at run time)")
+
+
+@defvjp(RESHAPE_LIKE)
+def _reshape_like_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return reshape_back(g, ct[0], op.inputs[0]), None
 
 
 # ---- transpose -------------------------------------------------------------------------------
@@ -139,6 +181,12 @@ def _transpose_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 TRANSPOSE = OpDef("transpose", infer=_transpose_rule, lower=_transpose_lower, attrs=TransposeAttrs,
                   fusion=INJECTIVE, doc="result axis i is input axis perm[i]")
+
+
+@defvjp(TRANSPOSE)
+def _transpose_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    perm = op.attrs.perm
+    return (g.transpose(ct[0], sorted(range(len(perm)), key=perm.__getitem__)),)  # the inverse permutation
 
 
 # ---- expand_dims / squeeze -------------------------------------------------------------------
@@ -193,6 +241,16 @@ SQUEEZE = OpDef("squeeze", infer=_squeeze_rule, lower=_squeeze_lower, attrs=Axes
                 doc="remove size-1 axes")
 
 
+@defvjp(EXPAND_DIMS)
+def _expand_dims_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g._apply(SQUEEZE, [ct[0]], op.attrs),)
+
+
+@defvjp(SQUEEZE)
+def _squeeze_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g._apply(EXPAND_DIMS, [ct[0]], op.attrs),)  # the squeezed axes are positions in the input
+
+
 # ---- flatten2d -------------------------------------------------------------------------------
 @attrs
 class FlattenAttrs:
@@ -215,6 +273,11 @@ def _flatten_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 FLATTEN2D = OpDef("flatten2d", infer=_flatten_rule, lower=_flatten_lower, attrs=FlattenAttrs, fusion=INJECTIVE,
                   doc="rank-2 result: (prod(dims[:axis]), prod(dims[axis:]))")
+
+
+@defvjp(FLATTEN2D)
+def _flatten_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (reshape_back(g, ct[0], op.inputs[0]),)
 
 
 # ---- split / stack / concat ------------------------------------------------------------------
@@ -269,6 +332,11 @@ SPLIT = OpDef("split", infer=_split_rule, lower=_split_lower, attrs=SplitAttrs, 
               doc="cut along an axis into equal parts or parts of given sizes (several outputs)")
 
 
+@defvjp(SPLIT)
+def _split_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g.concat(list(ct), op.attrs.axis),)  # the engine passes zeros for unused outputs
+
+
 @attrs
 class AxisAttrs:
     axis: int
@@ -320,6 +388,56 @@ CONCAT = OpDef("concat", infer=_concat_rule, lower=_concat_lower, attrs=AxisAttr
                doc="join tensors along an existing axis (MPSGraph's concatTensors)")
 
 
+def _split_like_rule(a: AxisAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    if len(ins) < 2:
+        raise ShapeError("needs the tensor to split and at least one reference")
+    x, refs = ins[0], ins[1:]
+    _check_axes((a.axis,), x.rank, "axis")
+    if any(r.rank != x.rank for r in refs):
+        raise ShapeError(f"references must have the rank {x.rank} of the input, got ranks {[r.rank for r in refs]}")
+    sizes = [r.shape[a.axis] for r in refs]
+    d = x.shape[a.axis]
+    if d is not None and None not in sizes and sum(s or 0 for s in sizes) != d:
+        raise ShapeError(f"the references' sizes {tuple(sizes)} along axis {a.axis} do not sum to its size {d}")
+    return tuple(TensorType(x.shape[:a.axis] + (s,) + x.shape[a.axis + 1:], x.dtype) for s in sizes)
+
+
+def _split_like_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis, one = ctx.attrs.axis, len(ctx.out_types) == 1
+
+    def fn(x: torch.Tensor, *refs: torch.Tensor) -> Any:
+        parts = torch.split(x, [r.shape[axis] for r in refs], dim=axis)
+        return parts[0] if one else parts
+
+    return fn
+
+
+SPLIT_LIKE = OpDef("split_like", infer=_split_like_rule, lower=_split_like_lower, attrs=AxisAttrs,
+                   fusion=INJECTIVE, doc="cut along an axis into parts as long as each reference along it")
+
+
+@defvjp(STACK)
+def _stack_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    axis = op.attrs.axis
+    return tuple(g.squeeze(p, axis) for p in g.split(ct[0], len(op.inputs), axis=axis))
+
+
+@defvjp(CONCAT)
+def _concat_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    axis = op.attrs.axis
+    if len(op.inputs) == 1:
+        return (ct[0],)
+    sizes = [t.shape[axis] for t in op.inputs]
+    if None in sizes:  # offsets known only at run time
+        return tuple(g.split_like(ct[0], list(op.inputs), axis))
+    return tuple(g.split(ct[0], split_sizes=sizes, axis=axis))
+
+
+@defvjp(SPLIT_LIKE)
+def _split_like_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g.concat(list(ct), op.attrs.axis),) + (None,) * (len(op.inputs) - 1)
+
+
 # ---- broadcast_to / tile ---------------------------------------------------------------------
 @attrs
 class BroadcastAttrs:
@@ -347,6 +465,11 @@ BROADCAST_TO = OpDef("broadcast_to", infer=_broadcast_rule, lower=_broadcast_low
                      fusion=INJECTIVE, doc="NumPy broadcast to a given shape (MPSGraph's broadcast)")
 
 
+@defvjp(BROADCAST_TO)
+def _broadcast_to_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g.sum_to(ct[0], op.inputs[0]),)
+
+
 @attrs
 class TileAttrs:
     multiples: tuple[int, ...]
@@ -369,6 +492,26 @@ def _tile_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 TILE = OpDef("tile", infer=_tile_rule, lower=_tile_lower, attrs=TileAttrs, fusion=INJECTIVE,
              doc="repeat the whole tensor multiples[i] times along axis i")
+
+
+@defvjp(TILE)
+def _tile_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    x, mult = op.inputs[0], op.attrs.multiples
+    if 0 in mult:
+        return (g.zeros_like(x),)
+    if all(m == 1 for m in mult):
+        return (ct[0],)
+    if sum(d is None for d in x.shape) <= 1:  # (m0, d0, m1, d1, ...) summed over the m axes
+        split = [v for m, d in zip(mult, x.shape, strict=True) for v in (m, -1 if d is None else d)]
+        return (g.reduce_sum(g.reshape(ct[0], split), axes=list(range(0, 2 * x.rank, 2))),)
+    t = ct[0]  # several dynamic dims: add up the equal parts along each tiled axis
+    for i, m in enumerate(mult):
+        if m > 1:
+            parts = g.split(t, m, axis=i)
+            t = parts[0]
+            for p in parts[1:]:
+                t = g.add(t, p)
+    return (t,)
 
 
 # ---- shape_of --------------------------------------------------------------------------------
@@ -484,6 +627,12 @@ DEPTH_TO_SPACE = OpDef("depth_to_space", infer=_s2d_rule(True), lower=_depth_to_
                        doc="inverse of space_to_depth: depth blocks back to spatial positions")
 
 
+@defvjp(SPACE_TO_DEPTH, DEPTH_TO_SPACE)
+def _s2d_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    inverse = DEPTH_TO_SPACE if op.op is SPACE_TO_DEPTH else SPACE_TO_DEPTH  # a permutation: adjoint = inverse
+    return (g._apply(inverse, [ct[0]], op.attrs),)
+
+
 # ---- builder methods -------------------------------------------------------------------------
 def _one_of(op: str, axis: Any, axes: Any) -> Any:
     if axis is not None and axes is not None:
@@ -514,6 +663,10 @@ class ShapeBuilders(GraphCore):
         """
         shape_t = _with_op("reshape", lambda: int_tuple(shape, "shape"))
         return self._apply(RESHAPE, [self._as_tensor(x)], ReshapeAttrs(shape_t), name)
+
+    def reshape_like(self, x: Tensor, like: Tensor, *, name: str | None = None) -> Tensor:
+        """``x``'s elements in ``like``'s shape, read at run time when it has dynamic dims."""
+        return self._apply(RESHAPE_LIKE, [self._as_tensor(x), like], None, name)
 
     def transpose(self, x: Tensor, perm: Sequence[int] | None = None, *, name: str | None = None) -> Tensor:
         """Permute axes: result axis ``i`` is ``x``'s axis ``perm[i]``; no ``perm`` reverses the axes.
@@ -627,6 +780,13 @@ class ShapeBuilders(GraphCore):
         ax = _with_op("concat", lambda: normalize_axis(axis, ts[0].rank))
         return self._apply(CONCAT, ts, AxisAttrs(ax), name)
 
+    def split_like(self, x: Tensor, likes: Sequence[Tensor], axis: int = 0, *, name: str | None = None) -> list[Tensor]:
+        """Cut ``x`` along ``axis`` into parts as long as each of ``likes`` along it (read at run time)."""
+        refs = self._tensor_list("split_like", likes)
+        x = self._as_tensor(x)
+        ax = _with_op("split_like", lambda: normalize_axis(axis, x.rank))
+        return list(self._apply_multi(SPLIT_LIKE, [x, *refs], AxisAttrs(ax), name))
+
     def _tensor_list(self, op: str, tensors: Sequence[Any]) -> list[Tensor]:
         if isinstance(tensors, Tensor) or not isinstance(tensors, Sequence) or not tensors:
             raise ShapeError(f"{op}: expects a non-empty list of tensors, got {tensors!r}")
@@ -691,7 +851,7 @@ class ShapeBuilders(GraphCore):
 
 
 __all__ = [
-    "BROADCAST_TO", "CONCAT", "DEPTH_TO_SPACE", "EXPAND_DIMS", "FLATTEN2D", "RESHAPE", "SHAPE_OF",
-    "SPACE_TO_DEPTH", "SPLIT", "SQUEEZE", "STACK", "TILE", "TRANSPOSE", "ShapeBuilders",
-    "as_data_layout", "check_ints", "int_tuple", "is_int", "merge_dims",
+    "BROADCAST_TO", "CONCAT", "DEPTH_TO_SPACE", "EXPAND_DIMS", "FLATTEN2D", "RESHAPE", "RESHAPE_LIKE", "SHAPE_OF",
+    "SPACE_TO_DEPTH", "SPLIT", "SPLIT_LIKE", "SQUEEZE", "STACK", "TILE", "TRANSPOSE", "ShapeBuilders",
+    "as_data_layout", "check_ints", "int_tuple", "is_int", "merge_dims", "reshape_back",
 ]

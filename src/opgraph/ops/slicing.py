@@ -1,4 +1,5 @@
-"""Ops: slice, slice_update, reverse, pad, and ``Tensor[...]`` indexing built from them.
+"""Ops: slice, slice_update, reverse, pad (and pad_gradient, its adjoint), and ``Tensor[...]`` indexing
+built from them.
 
 ``slice`` has MPSGraph's (and TensorFlow's strided-slice) semantics: per axis a start, an end and a
 non-zero stride; negative indices count from the end; out-of-range bounds are clamped; bit ``i`` of
@@ -22,10 +23,10 @@ from ..core.errors import AttributeValueError, DTypeError, GraphError, ShapeErro
 from ..core.shape import Dim, Shape, format_shape, normalize_axes
 from ..core.types import TensorType
 from ..ir.attrs import serializable
-from ..ir.graph import GraphCore, Tensor
-from ._rules import expect_arity
-from .registry import FusionKind, LowerContext, OpDef, attrs
-from .shape import EXPAND_DIMS, AxesAttrs, check_ints, int_tuple, is_int
+from ..ir.graph import GraphCore, Operation, Tensor
+from ._rules import expect_arity, expect_dtype
+from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
+from .shape import EXPAND_DIMS, AxesAttrs, Cotangents, Grads, check_ints, int_tuple, is_int
 
 INJECTIVE = FusionKind.INJECTIVE
 
@@ -177,6 +178,18 @@ SLICE_UPDATE = OpDef("slice_update", infer=_slice_update_rule, lower=_slice_upda
                                            "(MPSGraph's sliceUpdateDataTensor)")
 
 
+@defvjp(SLICE)
+def _slice_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g._apply(SLICE_UPDATE, [g.zeros_like(op.inputs[0]), ct[0]], op.attrs),)
+
+
+@defvjp(SLICE_UPDATE)
+def _slice_update_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    zero = g._as_tensor(0, like=ct[0].dtype)  # the overwritten region passes nothing back to data
+    return (g._apply(SLICE_UPDATE, [ct[0], zero], op.attrs),
+            g.sum_to(g._apply(SLICE, [ct[0]], op.attrs), op.inputs[1]))
+
+
 # ---- reverse ---------------------------------------------------------------------------------
 @attrs
 class ReverseAttrs:
@@ -199,6 +212,11 @@ def _reverse_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 REVERSE = OpDef("reverse", infer=_reverse_rule, lower=_reverse_lower, attrs=ReverseAttrs, fusion=INJECTIVE,
                 doc="reverse the order of elements along the given axes")
+
+
+@defvjp(REVERSE)
+def _reverse_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    return (g._apply(REVERSE, [ct[0]], op.attrs),)
 
 
 # ---- pad -------------------------------------------------------------------------------------
@@ -225,20 +243,24 @@ class PadAttrs:
     constant_value: float = 0.0
 
 
-def _pad_rule(a: PadAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    expect_arity(ins, 1)
-    x = ins[0]
+def _check_pad_attrs(a: PadAttrs, x: TensorType) -> None:
     if not isinstance(a.mode, PaddingMode):
         raise AttributeValueError(f"mode must be an og.PaddingMode, got {a.mode!r}")
     if isinstance(a.constant_value, bool) or not isinstance(a.constant_value, (int, float)):
         raise AttributeValueError(f"constant_value must be a float, got {a.constant_value!r}")
-    if not x.dtype.is_floating and not x.dtype.is_complex and not math.isfinite(a.constant_value):
-        raise AttributeValueError(f"constant_value {a.constant_value} does not fit dtype {x.dtype.name}")
     for what in ("left", "right"):
         v = getattr(a, what)
         check_ints(v, f"{what} padding", minimum=0)
         if len(v) != x.rank:
             raise ShapeError(f"{what} padding has {len(v)} entries for a rank-{x.rank} tensor")
+
+
+def _pad_rule(a: PadAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    _check_pad_attrs(a, x)
+    if not x.dtype.is_floating and not x.dtype.is_complex and not math.isfinite(a.constant_value):
+        raise AttributeValueError(f"constant_value {a.constant_value} does not fit dtype {x.dtype.name}")
     gathers = a.mode not in (PaddingMode.CONSTANT, PaddingMode.ZERO)
     out: list[Dim] = []
     for i, d in enumerate(x.shape):
@@ -300,6 +322,70 @@ def _pad_lower(ctx: LowerContext) -> Callable[..., Any]:
 
 PAD = OpDef("pad", infer=_pad_rule, lower=_pad_lower, attrs=PadAttrs, fusion=INJECTIVE,
             doc="pad each axis on the left and right (MPSGraph's padTensor)")
+_CONSTANT_MODES = (PaddingMode.CONSTANT, PaddingMode.ZERO)
+
+
+def _pad_gradient_rule(a: PadAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 1)
+    x = ins[0]
+    _check_pad_attrs(a, x)
+    expect_dtype(x, numeric=True)
+    out: list[Dim] = []
+    for i, d in enumerate(x.shape):
+        size = None if d is None else d - a.left[i] - a.right[i]
+        if size is not None and (size < 0 or (size == 0 and a.mode not in _CONSTANT_MODES and d)):
+            raise ShapeError(f"axis {i} of size {d} is too small for padding {a.left[i]} + {a.right[i]}")
+        out.append(size)
+    return TensorType(tuple(out), x.dtype)
+
+
+def _pad_gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: PadAttrs = ctx.attrs
+    axes = [i for i in range(len(a.left)) if a.left[i] or a.right[i]]
+    constant = a.mode in _CONSTANT_MODES
+    static = {i: pad_indices(a.mode, d - a.left[i] - a.right[i], a.left[i], a.right[i], ctx.device)
+              for i, d in enumerate(ctx.in_types[0].shape) if i in axes and d and not constant}
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        for i in axes:
+            d = t.shape[i] - a.left[i] - a.right[i]
+            if d < 0 or (d == 0 and not constant):
+                raise ValueError(f"axis {i} of size {t.shape[i]} is too small for padding {a.left[i]} + {a.right[i]}")
+            if constant:
+                t = t.narrow(i, a.left[i], d)
+                continue
+            idx = static.get(i)
+            if idx is None:
+                idx = pad_indices(a.mode, d, a.left[i], a.right[i], t.device)
+            shape = list(t.shape)
+            shape[i] = d
+            t = torch.zeros(shape, dtype=t.dtype, device=t.device).index_add_(i, idx, t)
+        return t
+
+    return fn
+
+
+PAD_GRADIENT = OpDef("pad_gradient", infer=_pad_gradient_rule, lower=_pad_gradient_lower, attrs=PadAttrs,
+                     fusion=FusionKind.OPAQUE, doc="adjoint of pad: each padded position's value added back "
+                                                   "to the source element it copies (MPSGraph's padGradient)")
+
+
+@defvjp(PAD)
+def _pad_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    a: PadAttrs = op.attrs
+    if not any(a.left + a.right):
+        return (ct[0],)
+    if a.mode in _CONSTANT_MODES:  # the middle: slice from left to -right (works for dynamic dims)
+        end_mask = sum(1 << i for i, r in enumerate(a.right) if r == 0)
+        return (g.slice(ct[0], a.left, [-r for r in a.right], end_mask=end_mask),)
+    return (g._apply(PAD_GRADIENT, [ct[0]], a),)
+
+
+@defvjp(PAD_GRADIENT)
+def _pad_gradient_vjp(g: Any, op: Operation, ct: Cotangents) -> Grads:
+    a: PadAttrs = op.attrs
+    mode = PaddingMode.ZERO if a.mode in _CONSTANT_MODES else a.mode
+    return (g._apply(PAD, [ct[0]], PadAttrs(mode, a.left, a.right)),)
 
 
 def as_padding_mode(value: object) -> PaddingMode:
@@ -329,7 +415,7 @@ def _mask(bits: Any, rank: int, what: str) -> int:
 
 
 class SlicingBuilders(GraphCore):
-    """Graph methods for slice, slice_update, reverse, pad and Tensor[...] indexing."""
+    """Graph methods for slice, slice_update, reverse, pad, pad_gradient and Tensor[...] indexing."""
 
     def _slice_attrs(self, op: str, x: Tensor, starts: Any, ends: Any, strides: Any, start_mask: Any,
                      end_mask: Any, squeeze_mask: Any) -> SliceAttrs:
@@ -410,6 +496,24 @@ class SlicingBuilders(GraphCore):
             raise AttributeValueError(f"pad: constant_value must be a real number, got {constant_value!r}")
         return self._apply(PAD, [x], PadAttrs(mode, left, right, float(constant_value)), name)
 
+    def pad_gradient(self, gradient: Tensor, padding_mode: object, left_padding: Sequence[int],
+                     right_padding: Sequence[int], *, name: str | None = None) -> Tensor:
+        """The adjoint of :meth:`pad`: ``gradient`` (shaped like the padded result) folded back onto the
+        source shape, every padded position added to the element it copies (MPSGraph's padGradient,
+        without the source tensor: its shape follows from the paddings).
+
+        >>> import opgraph as og, torch
+        >>> g = og.Graph(); t = g.placeholder((6,), og.float32)
+        >>> g.run({t: torch.ones(6)}, [g.pad_gradient(t, "reflect", [2], [1])])[0].tolist()
+        [1.0, 3.0, 2.0]
+        """
+        mode = as_padding_mode(padding_mode)
+        try:
+            left, right = int_tuple(left_padding, "left_padding"), int_tuple(right_padding, "right_padding")
+        except AttributeValueError as err:
+            raise AttributeValueError(f"pad_gradient: {err}") from None
+        return self._apply(PAD_GRADIENT, [self._as_tensor(gradient)], PadAttrs(mode, left, right), name)
+
     def getitem(self, x: Tensor, key: Any, *, name: str | None = None) -> Tensor:
         """``x[key]``: Python basic indexing with ints, slices (any step), ``...`` and ``None``.
 
@@ -481,5 +585,5 @@ class SlicingBuilders(GraphCore):
         return self._apply(EXPAND_DIMS, [x], AxesAttrs(axes), name)
 
 
-__all__ = ["PAD", "REVERSE", "SLICE", "SLICE_UPDATE", "PadAttrs", "PaddingMode", "SliceAttrs", "SlicingBuilders",
-           "as_padding_mode", "pad_indices"]
+__all__ = ["PAD", "PAD_GRADIENT", "REVERSE", "SLICE", "SLICE_UPDATE", "PadAttrs", "PaddingMode", "SliceAttrs",
+           "SlicingBuilders", "as_padding_mode", "pad_indices"]
