@@ -259,3 +259,10 @@ def test_integer_min_divided_by_minus_one_wraps(dtype: og.DType) -> None:
     x = g.placeholder((2,), dtype)
     q, r = g.run({x: [lo, 7]}, [g.divide(x, -1), g.division_no_nan(x, -1)])
     assert q.tolist() == [lo, -7] and r.tolist() == [lo, -7]
+
+
+def test_feeds_the_targets_do_not_need_are_accepted() -> None:
+    g = og.Graph()
+    x, unused = g.placeholder((2,), name="x"), g.placeholder((3,), name="unused")
+    (r,) = g.run({x: torch.ones(2), unused: torch.ones(3)}, [x * 2.0])
+    assert r.tolist() == [2.0, 2.0]

@@ -650,8 +650,8 @@ def as_data_layout(value: object) -> TensorLayout:
 
 
 class ShapeBuilders(GraphCore):
-    """Graph methods for reshape, transpose, expand_dims, squeeze, flatten, split, stack, concat,
-    broadcast_to, tile, shape_of, space_to_depth and depth_to_space."""
+    """Graph methods for reshape, reshape_like, transpose, expand_dims, squeeze, flatten, split, split_like,
+    stack, concat, broadcast_to, tile, shape_of, space_to_depth and depth_to_space."""
 
     def reshape(self, x: Tensor, shape: Sequence[int] | int, *, name: str | None = None) -> Tensor:
         """``x``'s elements in row-major order with a new ``shape``; one entry may be -1 (inferred).

@@ -76,7 +76,7 @@ def select_and_specialize(graph: GraphCore, feeds: Mapping[Tensor, TensorType], 
                           target_ops: Sequence[Operation]) -> Program:
     """The ops the targets need, with placeholders given the fed types and all types re-inferred."""
     check_roots(graph, feeds, targets, target_ops)
-    needed: set[int] = {id(t.op) for t in targets} | {id(o) for o in target_ops}
+    needed: set[int] = {id(t.op) for t in targets} | {id(o) for o in target_ops} | {id(t.op) for t in feeds}
     for op in reversed(graph.ops):
         if id(op) in needed:
             needed.update(id(t.op) for t in op.inputs)
