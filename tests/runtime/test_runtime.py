@@ -266,3 +266,13 @@ def test_feeds_the_targets_do_not_need_are_accepted() -> None:
     x, unused = g.placeholder((2,), name="x"), g.placeholder((3,), name="unused")
     (r,) = g.run({x: torch.ones(2), unused: torch.ones(3)}, [x * 2.0])
     assert r.tolist() == [2.0, 2.0]
+
+
+def test_split_sizes_checked_against_a_dynamic_axis() -> None:
+    g = og.Graph()
+    x = g.placeholder((None,), name="x")
+    (part,) = g.split(x, split_sizes=(3,))
+    exe = g.compile({x: og.TensorType((None,), og.float32)}, [part], device="cpu")
+    assert exe.run([torch.arange(3.0)])[0].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(og.ExecutionError, match="split sizes add up to 3"):
+        exe.run([torch.arange(5.0)])

@@ -316,8 +316,14 @@ def _split_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: SplitAttrs = ctx.attrs
     one = len(ctx.out_types) == 1  # codegen binds a single output directly, not as a tuple
     if a.split_sizes is not None:
-        sizes = list(a.split_sizes)
-        return (lambda x: x) if one else (lambda x: torch.split(x, sizes, dim=a.axis))
+        sizes, total = list(a.split_sizes), sum(a.split_sizes)
+
+        def by_sizes(x: torch.Tensor) -> Any:
+            if x.shape[a.axis] != total:  # only reachable when compiled with a dynamic dim
+                raise ValueError(f"axis {a.axis} has size {x.shape[a.axis]}, the split sizes add up to {total}")
+            return x if one else torch.split(x, sizes, dim=a.axis)
+
+        return by_sizes
     n = int(a.num_splits or 1)
 
     def fn(x: torch.Tensor) -> Any:
