@@ -58,8 +58,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AttributeValueError", "CompilationDescriptor", "Conv2dDescriptor", "Conv3dDescriptor",
     "DepthwiseConv2dDescriptor", "GeluApproximation", "LossReduction", "PaddingMode", "PaddingStyle",
-    "Pooling2dDescriptor", "optim",
-    "Pooling4dDescriptor", "PoolingReturnIndicesMode", "ResizeMode", "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout",
+    "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingReturnIndicesMode", "ResizeMode",
+    "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout", "optim",
     "WeightsLayout", "DType", "DTypeError", "Device", "DeviceError",
     "ExecutionError", "Executable", "FeedError", "Graph", "GraphError", "Operation", "OpgraphError",
     "SerializationError", "ShapeError", "Tensor", "TensorType", "VerificationError", "__version__",

@@ -164,17 +164,17 @@ HUBER_LOSS = OpDef("huber_loss", infer=_pair_rule, lower=_pair_lowering(F.huber_
 
 
 # ---- gradients ----------------------------------------------------------------------------------
-def _count(g: Any, ref: Tensor) -> Any:
-    """The number of elements of ``ref``: a Python int when static, else a scalar read at run time."""
+def _count(g: Any, ref: Tensor, dtype: Any) -> Any:
+    """The number of elements of ``ref``: a Python int when static, else a ``dtype`` scalar read at run time."""
     if None not in ref.shape:
         return math.prod(d for d in ref.shape if d is not None)
-    return g.reduce_sum(g.fill_like(ref, 1))
+    return g.reduce_sum(g.fill_like(ref, 1, dtype))
 
 
 def _spread(g: Any, ct: Tensor, reduction: LossReduction, positions: Tensor) -> Tensor:
     """The loss cotangent per position (``positions`` has the per-position loss shape)."""
     if reduction is LossReduction.MEAN:
-        return g.divide(ct, _count(g, positions))
+        return g.divide(ct, _count(g, positions, ct.dtype))
     return ct
 
 
@@ -192,7 +192,8 @@ def _softmax_ce_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tens
         if None not in positions:
             c = g.divide(c, math.prod(d for d in positions if d is not None))
         else:
-            c = g.divide(c, _count(g, labels if not labels.dtype.is_floating else g.reduce_sum(logits, ax)))
+            ref = labels if not labels.dtype.is_floating else g.reduce_sum(logits, ax)
+            c = g.divide(c, _count(g, ref, c.dtype))
     # the number of classes, static or read at run time (as a broadcastable tensor)
     n_cls: Any = classes if classes is not None else g.reduce_sum(g.ones_like(logits), ax, keepdims=True)
     p = g.softmax(logits, ax)

@@ -83,8 +83,6 @@ def _one_minus_power(g: Any, beta: Scalar, step: Tensor) -> Any:
 class _Step:
     """One variable's update being built: current values in the compute dtype, queued assigns."""
 
-    STATE_KEYS: tuple[str, ...] = ()
-
     def __init__(self, graph: Any, variable: Tensor, gradient: Any, what: str, keys: tuple[str, ...],
                  state: Mapping[str, Tensor] | None, name: str | None) -> None:
         expect_variable(variable, what)
