@@ -91,12 +91,18 @@ def _result_shape(x: Any, desc: Any) -> tuple[int, ...]:
     return tuple(getattr(g, method)(g.placeholder(tuple(x.shape), og.float32), desc).shape)
 
 
+# full windows that PyTorch's avg_pool2d backward computes (padding counted in the average)
+EXTRA2D = [("f64-nhwc-include_pad-torch-kernel", P2(3, 3, 2, 2, padding_left=1, padding_right=1, padding_top=1,
+                                                    padding_bottom=1, include_zero_pad_to_average=True,
+                                                    data_layout=TensorLayout.NHWC), (2, 7, 9, 3), np.float64)]
+
+
 def _samples(two_d: bool) -> Any:
     """(incoming gradient, source); gradients of max pooling see no ties (distinct random values)."""
 
     def samples(rng: np.random.Generator) -> list[Sample]:
         out = []
-        for label, d, shape, dt in POOL2D_CASES if two_d else POOL4D_CASES:
+        for label, d, shape, dt in [*POOL2D_CASES, *EXTRA2D] if two_d else POOL4D_CASES:
             x = rand(rng, shape, dt)
             out.append(Sample([rand(rng, _result_shape(x, d), dt), x], {"desc": d}, label))
         return out
@@ -108,9 +114,7 @@ def _gradient_record(kind: str, two_d: bool, op: Any, errors: list[ErrorCase]) -
     method = f"{'l2_norm' if kind == 'l2' else kind}_pool{'2' if two_d else '4'}d_gradient"
     return OpInfo(method, (op,), lambda g, gy, x, desc: getattr(g, method)(gy, x, desc), _samples(two_d),
                   lambda gy, x, desc: pool_grad_oracle(_floats(x), _floats(gy), kind, desc), errors=errors,
-                  tol=TOL,
-                  # L2-norm gradients have no gradient rule of their own
-                  grad=kind != "l2")
+                  tol=TOL)
 
 
 def _vjp_record(kind: str, two_d: bool, ops: tuple[Any, ...]) -> OpInfo:
@@ -120,14 +124,13 @@ def _vjp_record(kind: str, two_d: bool, ops: tuple[Any, ...]) -> OpInfo:
         return g.gradients(g.reduce_sum(getattr(g, method)(x, desc) * gy), [x])[x]
 
     return OpInfo(f"{method}-gradients", ops, build, _samples(two_d),
-                  lambda gy, x, desc: pool_grad_oracle(_floats(x), _floats(gy), kind, desc), tol=TOL,
-                  grad=kind != "l2")  # the L2-norm gradient ops have no gradient rule of their own
+                  lambda gy, x, desc: pool_grad_oracle(_floats(x), _floats(gy), kind, desc), tol=TOL)
 
 
 def _errors(method: str, two_d: bool) -> list[ErrorCase]:
     d = P2(2, 2, 2, 2) if two_d else P4((1, 1, 2, 2), 2)
     other = P4((1, 1, 2, 2), 2) if two_d else P2(2, 2, 2, 2)
-    ph = lambda g, s, t=og.float32: g.placeholder(s, t)  # noqa: E731
+    ph = lambda g, s, t=og.float32: g.placeholder(s, t)
     return [
         ErrorCase(lambda g: getattr(g, method)(ph(g, (1, 1, 3, 2)), ph(g, (1, 1, 4, 4)), d), og.ShapeError,
                   "incoming gradient", "gradient-shape"),

@@ -197,7 +197,7 @@ def _gradient_samples(forward: Callable[[np.random.Generator], list[Sample]]) ->
 
 def _gradient_build(method: str) -> Callable[..., og.Tensor]:
     def build(g: og.Graph, gy: og.Tensor, x: og.Tensor, size: Any, mode: Any, **kw: Any) -> og.Tensor:
-        return getattr(g, method)(gy, x, **kw)  # type: ignore[no-any-return]
+        return getattr(g, method)(gy, x, size=size, **kw)  # type: ignore[no-any-return]
 
     return build
 
@@ -243,7 +243,7 @@ ERRORS_NEAREST = [
 ERRORS_GRADIENT = [
     ErrorCase(lambda g: g.resize_bilinear_gradient(_img(g, (1, 2, 3, 3)), _img(g, (1, 3, 4, 4))), og.ShapeError,
               "incoming gradient", "gradient-shape"),
-    ErrorCase(lambda g: g.resize_bilinear_gradient(_img(g, (1, 2, None, 3)), _img(g)), og.ShapeError, "static H and W",
+    ErrorCase(lambda g: g.resize_bilinear_gradient(_img(g, (1, 2, None, 3)), _img(g)), og.ShapeError, "pass size",
               "dynamic-size"),
     ErrorCase(lambda g: g.resize_nearest_gradient(_img(g, (1, 2, 3, 3), og.int32), _img(g)), og.DTypeError, "int32",
               "int-gradient"),

@@ -26,7 +26,8 @@ clock). Exit status 1 when the outputs disagree."""
 EXAMPLE = """\
 example:
   opgraph demo                           # on og.device(): CUDA if present, else MPS, else the CPU
-  opgraph demo --device cpu --batch 8 --iters 20"""
+  opgraph demo --device cpu --batch 8 --iters 20
+  opgraph demo train                     # train a CNN on handwritten digits (opgraph demo train --help)"""
 
 IMAGE = 28
 
@@ -45,6 +46,10 @@ def register(sub: Any) -> None:
                    help="stop timing early after this long (default 10; a loaded machine is slow)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run)
+    from . import train
+
+    demos = p.add_subparsers(title="other demos", dest="demo", metavar="DEMO")
+    train.register(demos)  # ``opgraph demo train``; plain ``opgraph demo`` stays the inference demo
 
 
 def _positive(s: str) -> int:

@@ -171,8 +171,9 @@ def merge_dims(a: Sequence[int | None], b: Sequence[int | None]) -> tuple[int | 
 
 def check_same_dims(got: Sequence[int | None], want: Sequence[int | None], what: str) -> None:
     """Dims known on both sides must agree (ranks too)."""
-    if len(got) != len(want) or any(x is not None and y is not None and x != y for x, y in zip(got, want)):
-        shown = lambda s: "(" + ", ".join("?" if v is None else str(v) for v in s) + ")"  # noqa: E731
+    differ = any(x is not None and y is not None and x != y for x, y in zip(got, want, strict=False))
+    if len(got) != len(want) or differ:
+        shown = lambda s: "(" + ", ".join("?" if v is None else str(v) for v in s) + ")"
         raise ShapeError(f"{what} has shape {shown(got)}, expected {shown(want)}")
 
 
@@ -190,3 +191,8 @@ def check_output_shape(value: Any, what: str) -> tuple[int, ...] | None:
     if not (isinstance(v, tuple) and all(_is_int(x) and x >= 0 for x in v)):
         raise AttributeValueError(f"{what} must be a sequence of ints >= 0, got {value!r}")
     return v
+
+
+def concrete_shape(shape: Sequence[int | None]) -> tuple[int, ...]:
+    """A shape known at run time (a lowering's), as ints."""
+    return tuple(int(v) for v in shape if v is not None)

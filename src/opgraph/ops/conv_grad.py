@@ -24,7 +24,14 @@ import torch.nn.functional as F
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
-from ._padding import check_output_shape, check_same_dims, merge_dims, real_float_dtype, shape_or_like
+from ._padding import (
+    check_output_shape,
+    check_same_dims,
+    concrete_shape,
+    merge_dims,
+    real_float_dtype,
+    shape_or_like,
+)
 from ._rules import expect_arity
 from .conv import (
     Conv2dDescriptor,
@@ -78,7 +85,7 @@ def _data_rule(cls: type, depthwise: bool) -> Callable[[Any, tuple[TensorType, .
         check_same_dims(grad.shape, fwd.shape, "the incoming gradient")
         cl = d.data_layout.channels_last
         _, i, _ = _split_weights(w.shape, d.weights_layout.kernel_first)
-        c = i if depthwise or i is None else i * d.groups
+        c = i if depthwise or i is None else i * _groups(d)
         at_c = -1 if cl else 1
         known = list(shape)
         known[0] = merge_dims(shape[:1], grad.shape[:1])[0]
@@ -100,7 +107,7 @@ def _weights_rule(cls: type, depthwise: bool) -> Callable[[Any, tuple[TensorType
             o = None if c_out is None or c_in is None else c_out // c_in
             i = c_in
         else:
-            o, i = c_out, None if c_in is None else c_in // d.groups
+            o, i = c_out, None if c_in is None else c_in // _groups(d)
         known = list(shape)
         at_o, at_i = (-1, -2) if kf else (0, 1)
         known[at_o] = merge_dims((shape[at_o],), (o,))[0]
@@ -111,6 +118,10 @@ def _weights_rule(cls: type, depthwise: bool) -> Callable[[Any, tuple[TensorType
 
 
 # ---- lowering ----------------------------------------------------------------------------------
+def _groups(d: Any) -> int:
+    return 1 if isinstance(d, DepthwiseConv2dDescriptor) else int(d.groups)
+
+
 def _symmetric(pads: Sequence[tuple[int, int]]) -> bool:
     return all(b == a for b, a in pads)
 
@@ -125,11 +136,11 @@ def _data_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., Any]]
         out_t = ctx.out_types[0]
 
         def run(grad: torch.Tensor, w: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
-            shape = out_t.shape if out_t.is_static else (a.output_shape or tuple(like[0].shape))
-            n, c, sizes = _split(shape, cl)
+            shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
+            n, c, sizes = shape[0], shape[-1 if cl else 1], shape[1:-1] if cl else shape[2:]
             if cl:
                 grad = _channels_first(grad)
-            w, groups = _torch_weights(w, kf, depthwise, getattr(d, "groups", 1))
+            w, groups = _torch_weights(w, kf, depthwise, _groups(d))
             pads = plan(tuple(sizes), tuple(w.shape[2:]))
             if _symmetric(pads):
                 padding, full = tuple(b for b, _ in pads), tuple(sizes)
@@ -139,7 +150,9 @@ def _data_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., Any]]
             dx = torch.ops.aten.convolution_backward(grad, stand_in, w, None, stride, padding, dilation, False,
                                                      [0] * len(pads), groups, (True, False, False))[0]
             if not _symmetric(pads):
-                dx = dx[(slice(None), slice(None), *(slice(b, b + s) for s, (b, _) in zip(sizes, pads, strict=True)))]
+                crop: tuple[slice, ...] = (slice(None), slice(None),
+                                           *(slice(b, b + s) for s, (b, _) in zip(sizes, pads, strict=True)))
+                dx = dx[crop]
             return _channels_last(dx) if cl else dx
 
         return run
@@ -167,14 +180,14 @@ def _weights_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., An
         out_t = ctx.out_types[0]
 
         def run(grad: torch.Tensor, x: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
-            shape = out_t.shape if out_t.is_static else (a.output_shape or tuple(like[0].shape))
-            o, i, kernel = _split_weights(shape, kf)
+            shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
+            o, i, kernel = (shape[-1], shape[-2], shape[:-2]) if kf else (shape[0], shape[1], shape[2:])
             if cl:
                 grad, x = _channels_first(grad), _channels_first(x)
-            groups = getattr(d, "groups", 1)
+            groups = _groups(d)
             oi = (o, i, *kernel)
             if depthwise:  # (M, C, k...) in PyTorch's form (C * M, 1, k...) with C groups
-                oi, groups = (i * o, 1, *kernel), i  # type: ignore[operator]
+                oi, groups = (i * o, 1, *kernel), i
             pads = plan(tuple(x.shape[2:]), tuple(kernel))
             if _symmetric(pads):
                 padding = tuple(b for b, _ in pads)
@@ -184,7 +197,7 @@ def _weights_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., An
             dw = torch.ops.aten.convolution_backward(grad, x, stand_in, None, stride, padding, dilation, False,
                                                      [0] * len(pads), groups, (False, True, False))[1]
             if depthwise:
-                dw = dw.reshape(i, o, *kernel).transpose(0, 1)  # type: ignore[arg-type]
+                dw = dw.reshape(i, o, *kernel).transpose(0, 1)
             if kf:
                 dw = dw.permute(*range(2, dw.dim()), 1, 0)
             return dw
@@ -239,15 +252,13 @@ class ConvGradientBuilders(GraphCore):
     """Graph methods for the convolution gradients."""
 
     def _conv_gradient(self, op: OpDef, gradient: Tensor, other: Tensor, output_shape: Any, descriptor: Any,
-                       cls: type, name: str | None) -> Tensor:
-        if descriptor is None:
-            descriptor = cls()
-        if not isinstance(descriptor, cls):
-            raise AttributeValueError(f"{op.name}: descriptor must be an og.{cls.__name__}, "
-                                      f"got {type(descriptor).__name__}")
+                       cls: Any, name: str | None) -> Tensor:
+        d = cls() if descriptor is None else descriptor
+        if not isinstance(d, cls):
+            raise AttributeValueError(f"{op.name}: descriptor must be an og.{cls.__name__}, got {type(d).__name__}")
         if isinstance(output_shape, Tensor):
-            return self._apply(op, [gradient, other, output_shape], ConvGradientAttrs(descriptor), name)
-        return self._apply(op, [gradient, other], ConvGradientAttrs(descriptor, output_shape), name)
+            return self._apply(op, [gradient, other, output_shape], ConvGradientAttrs(d), name)
+        return self._apply(op, [gradient, other], ConvGradientAttrs(d, output_shape), name)
 
     def conv2d_data_gradient(self, incoming_gradient: Tensor, weights: Tensor, output_shape: Sequence[int] | Tensor,
                              descriptor: Conv2dDescriptor | None = None, *, name: str | None = None) -> Tensor:

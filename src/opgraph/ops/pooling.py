@@ -11,7 +11,10 @@ and the output size (with ``ceil_mode``) follow ``opgraph.ops._padding``.
 * L2 norm: ``sqrt(sum(x ** 2))`` over the window, padding as zeros.
 
 Max pooling with indices (``return_indices_mode``) and the gradient ops live in
-``opgraph.ops.pooling_indices`` and ``opgraph.ops.pooling_grad``.
+``opgraph.ops.pooling_indices`` and ``opgraph.ops.pooling_grad``. Gradients: avg and L2 through their
+gradient ops; plain max pooling's rule *recomputes* the argmax (``max_pool*_return_indices``) and
+scatters with ``max_pool*_gradient``, while ``max_pool*_return_indices``' rule reuses the forward's
+indices (build with it when the backward pass matters).
 """
 
 from __future__ import annotations
@@ -404,9 +407,9 @@ def recomputed_max_pool_gradient(g: Any, x: Tensor, d: Descriptor, ct: Tensor) -
     d = recompute_descriptor(d)
     if isinstance(d, Pooling2dDescriptor):
         idx = g.max_pool2d_return_indices(x, d)[1]
-        return g.max_pool2d_gradient(ct, idx, shape_or_like(x), d)  # type: ignore[no-any-return]
+        return g.max_pool2d_gradient(ct, idx, shape_or_like(x), d)
     idx = g.max_pool4d_return_indices(x, d)[1]
-    return g.max_pool4d_gradient(ct, idx, shape_or_like(x), d)  # type: ignore[no-any-return]
+    return g.max_pool4d_gradient(ct, idx, shape_or_like(x), d)
 
 
 @defvjp(MAX_POOL2D, MAX_POOL4D)

@@ -15,6 +15,7 @@ buffer, then the padding is cropped off.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
@@ -48,7 +49,7 @@ def _grad_rule(two_d: bool) -> Callable[[Any, tuple[TensorType, ...]], TensorTyp
         expect_arity(ins, 2)
         grad, src = ins
         dtype = real_float_dtype(ins)
-        fwd = (_pool2d_rule if two_d else _pool4d_rule)(d, (src,))
+        fwd = _pool2d_rule(d, (src,)) if two_d else _pool4d_rule(d, (src,))  # type: ignore[arg-type]
         check_same_dims(grad.shape, fwd.shape, "the incoming gradient")
         return TensorType(src.shape, dtype)
 
@@ -72,10 +73,26 @@ def window_sum_adjoint(g: torch.Tensor, d: Descriptor, sizes: tuple[int, ...]) -
         spans.append(max((out - 1) * stride + effective_kernel(kernel, dil), before + size))
     buf = g.new_zeros((*lead, *spans))
     for offsets in itertools.product(*(range(k) for k in d.kernel_sizes)):
-        index = tuple(slice(j * r, j * r + (o - 1) * s + 1, s) for j, r, o, s in
-                      zip(offsets, d.dilation_rates, outs, d.strides, strict=True))
-        buf[(Ellipsis, *index)] += g
-    return buf[(Ellipsis, *(slice(b, b + s) for b, s in zip(befores, sizes, strict=True)))]
+        window: tuple[Any, ...] = (Ellipsis, *(slice(j * r, j * r + (o - 1) * s + 1, s) for j, r, o, s in
+                                               zip(offsets, d.dilation_rates, outs, d.strides, strict=True)))
+        buf[window] += g
+    crop: tuple[Any, ...] = (Ellipsis, *(slice(b, b + s) for b, s in zip(befores, sizes, strict=True)))
+    return buf[crop]
+
+
+def _torch_avg_padding(d: Descriptor, sizes: tuple[int, ...]) -> tuple[int, int] | None:
+    """The padding for PyTorch's avg_pool2d backward when its windows are exactly ours (full windows)."""
+    if not isinstance(d, Pooling2dDescriptor) or d.dilation_rates != (1, 1):
+        return None
+    pads = []
+    for k, size in enumerate(sizes):
+        kernel, stride = d.kernel_sizes[k], d.strides[k]
+        before, _ = resolve_pads(d.padding_style, size, kernel, stride, 1, d.padding_pairs[k])
+        out = output_size(d.padding_style, size, kernel, stride, 1, d.padding_pairs[k], d.ceil_mode)
+        if before > kernel // 2 or (size + 2 * before - kernel) // stride + 1 != out:
+            return None
+        pads.append(before)
+    return pads[0], pads[1]
 
 
 def _grad_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
@@ -85,7 +102,7 @@ def _grad_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
         cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
         dtype = ctx.in_types[0].dtype.torch_dtype
         window = math.prod(d.kernel_sizes)
-        divisors: dict[tuple[int, ...], torch.Tensor | None] = {}
+        plans: dict[tuple[int, ...], tuple[torch.Tensor | None, tuple[int, int] | None]] = {}
         # L2 recomputes the forward pooling from the source
         forward = _pool_lower(kind)(LowerContext(d, ctx.in_types[1:], ctx.in_types[:1], ctx.device)) \
             if kind is _Kind.L2 else None
@@ -97,12 +114,18 @@ def _grad_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
             if cl:
                 grad, src = grad.permute(0, 3, 1, 2), src.permute(0, 3, 1, 2)
             sizes = tuple(src.shape[-n:])
-            if kind is _Kind.AVG:
-                if sizes not in divisors:
-                    divisors[sizes] = _plan(d, sizes, kind, dtype, ctx.device)[1]
-                divisor = divisors[sizes]
-                grad = grad / divisor if divisor is not None else grad / window
-            dx = window_sum_adjoint(grad, d, sizes)
+            if sizes not in plans:
+                divisor = _plan(d, sizes, _Kind.AVG, dtype, ctx.device)[1]
+                plans[sizes] = (divisor, _torch_avg_padding(d, sizes) if divisor is None else None)
+            divisor, torch_padding = plans[sizes]
+            if torch_padding is not None:  # PyTorch's kernel: the adjoint of the window mean
+                dx = torch.ops.aten.avg_pool2d_backward(grad, src, d.kernel_sizes, d.strides, torch_padding, False,
+                                                        True, None)
+                dx = dx * window if kind is _Kind.L2 else dx
+            else:
+                if kind is _Kind.AVG:
+                    grad = grad / divisor if divisor is not None else grad / window
+                dx = window_sum_adjoint(grad, d, sizes)
             if kind is _Kind.L2:
                 dx = dx * src
             return dx.permute(0, 2, 3, 1) if cl else dx
@@ -128,8 +151,31 @@ def _avg_pool_gradient_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tup
     # linear in the gradient: its adjoint is the forward pooling; the source gives only the shape
     return g._apply(AVG_POOL2D if op.op is AVG_POOL2D_GRADIENT else AVG_POOL4D, [ct[0]], op.attrs), None
 
-# L2-norm gradients have no rule of their own (second derivatives of L2 pooling): gradients through
-# them raise a GraphError.
+@defvjp(L2_NORM_POOL2D_GRADIENT, L2_NORM_POOL4D_GRADIENT)
+def _l2_norm_pool_gradient_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+    # dx = x * A(gy / y) with y = L2 pooling of x, A the adjoint of the window sum S. Then for a cotangent c:
+    # d gy = S(c x) / y and d x = c A(gy / y) - x A(S(c x) gy / y^3); "/" gives 0 where y = 0.
+    gy, x = op.inputs
+    c = ct[0]
+    two_d = op.op is L2_NORM_POOL2D_GRADIENT
+    d = op.attrs
+    ex = dataclasses.replace(d, include_zero_pad_to_average=False)  # avg over ex divides by the source count
+    avg, avg_grad = (AVG_POOL2D, AVG_POOL2D_GRADIENT) if two_d else (AVG_POOL4D, AVG_POOL4D_GRADIENT)
+    l2 = g.l2_norm_pool2d if two_d else g.l2_norm_pool4d
+    y = l2(x, d)
+    root = l2(g.ones_like(x), ex)
+    count = g.multiply(root, root)  # source elements per window
+
+    def window_sum(z: Tensor) -> Tensor:
+        return g.multiply(g._apply(avg, [z], ex), count)
+
+    def adjoint(z: Tensor) -> Tensor:
+        return g._apply(avg_grad, [g.multiply(z, count), x], ex)
+
+    u = g.division_no_nan(gy, y)
+    d_gy = g.division_no_nan(window_sum(g.multiply(c, x)), y)
+    d_x = g.subtract(g.multiply(c, adjoint(u)), g.multiply(x, adjoint(g.division_no_nan(g.multiply(d_gy, u), y))))
+    return d_gy, d_x
 
 
 # ---- builder methods ---------------------------------------------------------------------------

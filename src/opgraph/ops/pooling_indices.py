@@ -41,6 +41,7 @@ from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import (
     check_output_shape,
     check_same_dims,
+    concrete_shape,
     effective_kernel,
     merge_dims,
     output_size,
@@ -188,7 +189,7 @@ def _check_locates(d: Descriptor) -> None:
 # ---- max_pool*_return_indices ------------------------------------------------------------------
 def _return_indices_rule(two_d: bool) -> Callable[[Any, tuple[TensorType, ...]], tuple[TensorType, ...]]:
     def rule(d: Descriptor, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
-        t = (_pool2d_rule if two_d else _pool4d_rule)(d, ins)
+        t = _pool2d_rule(d, ins) if two_d else _pool4d_rule(d, ins)  # type: ignore[arg-type]
         if d.return_indices_mode is Mode.NONE:
             raise AttributeValueError("descriptor.return_indices_mode is NONE: choose what the indices count "
                                       "(e.g. og.PoolingReturnIndicesMode.GLOBAL_FLATTEN_2D)")
@@ -310,6 +311,10 @@ def _expect_indices(t: TensorType) -> None:
         raise DTypeError(f"indices must be an integer tensor, got {t.dtype.name}")
 
 
+def _pool_rule(two_d: bool, d: Any, src: TensorType) -> TensorType:
+    return _pool2d_rule(d, (src,)) if two_d else _pool4d_rule(d, (src,))
+
+
 def _pooled_positions(d: Descriptor, rank: int) -> set[int]:
     if isinstance(d, Pooling2dDescriptor):
         return {1, 2} if d.data_layout.channels_last else {2, 3}
@@ -326,7 +331,7 @@ def _gradient_rule(two_d: bool) -> Callable[[Any, tuple[TensorType, ...]], Tenso
         _expect_indices(idx)
         _check_locates(d)
         shape = a.output_shape if a.output_shape is not None else ins[2].shape
-        fwd = (_pool2d_rule if two_d else _pool4d_rule)(d, (TensorType(shape, dtype),))
+        fwd = _pool_rule(two_d, d, TensorType(shape, dtype))
         check_same_dims(grad.shape, fwd.shape, "the incoming gradient")
         check_same_dims(idx.shape, fwd.shape, "the indices")
         pooled = _pooled_positions(d, len(shape))
@@ -346,8 +351,8 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
     cpu = ctx.device.type == "cpu"
 
     def run(grad: torch.Tensor, idx: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
-        shape = out_t.shape if out_t.is_static else (a.output_shape or tuple(like[0].shape))
-        plan = plans(tuple(shape[-4:]))  # type: ignore[arg-type]
+        shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
+        plan = plans(shape[-4:])
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
             if torch_native:
@@ -360,9 +365,9 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
                 i = torch.where((i >= 0) & (i < h * w), i, -1)
             if cl:
                 grad, i = grad.permute(0, 3, 1, 2), i.permute(0, 3, 1, 2)
-                like_t = grad.new_empty((shape[0], h, w, shape[3])).permute(0, 3, 1, 2)  # type: ignore[misc]
+                like_t = grad.new_empty((shape[0], h, w, shape[3])).permute(0, 3, 1, 2)
             else:
-                like_t = grad.new_empty(shape)  # type: ignore[arg-type]
+                like_t = grad.new_empty(shape)
             dx = torch.ops.aten.max_pool2d_with_indices_backward(grad, like_t, *plan.torch2d, False, i)
             return dx.permute(0, 2, 3, 1) if cl else dx
         coords, valid = _decode(mode, plan, idx)
@@ -400,7 +405,7 @@ def _gather_rule(two_d: bool) -> Callable[[Any, tuple[TensorType, ...]], TensorT
         src, idx = ins
         _expect_indices(idx)
         _check_locates(d)
-        fwd = (_pool2d_rule if two_d else _pool4d_rule)(d, (src,))
+        fwd = _pool_rule(two_d, d, src)
         check_same_dims(idx.shape, fwd.shape, "the indices")
         return TensorType(merge_dims(fwd.shape, idx.shape), fwd.dtype)
 

@@ -318,16 +318,18 @@ def _size(size: Any) -> Any:
     return tuple(size) if isinstance(size, (list, tuple)) else size
 
 
-def _gradient_size(gradient: Any, layout: Any) -> Any:
-    """The resize's (height, width): the incoming gradient's, which must be static."""
+def _gradient_size(gradient: Any, layout: Any, size: Any) -> Any:
+    """The resize's (height, width): ``size`` when given, else the incoming gradient's (static) H and W."""
+    if size is not None:
+        return _size(size)
     if not isinstance(gradient, Tensor) or not isinstance(layout, TensorLayout) or layout not in LAYOUTS:
         return None  # the type rule reports it
     if gradient.rank != 4:
         raise ShapeError(f"resize gradient: the incoming gradient must have rank 4, got {gradient.type}")
     size = tuple(gradient.shape[ax] for ax in spatial_axes(layout))
     if None in size:
-        raise ShapeError(f"resize gradient: the incoming gradient {gradient.type} needs static H and W "
-                         "(they are the resize's size)")
+        raise ShapeError(f"resize gradient: the incoming gradient {gradient.type} has dynamic H or W: "
+                         "pass size=(height, width)")
     return size
 
 
@@ -375,9 +377,11 @@ class ResizeBuilders(GraphCore):
                                 nearest_rounding_mode: ResizeNearestRoundingMode =
                                 ResizeNearestRoundingMode.ROUND_PREFER_CEIL,
                                 center_result: bool = True, align_corners: bool = False,
-                                data_layout: TensorLayout = TensorLayout.NCHW, name: str | None = None) -> Tensor:
+                                data_layout: TensorLayout = TensorLayout.NCHW, size: Sequence[int] | None = None,
+                                name: str | None = None) -> Tensor:
         """Gradient of ``resize_nearest(input, ...)`` given the result's gradient (MPSGraph
-        ``resizeNearest(withGradient:input:...)``); only the input's shape is read.
+        ``resizeNearest(withGradient:input:...)``); only the input's shape is read. ``size``, the
+        resize's (height, width), defaults to the gradient's (static) H and W.
 
         >>> import opgraph as og, torch
         >>> g = og.Graph(); dy = g.placeholder((1, 1, 1, 4)); x = g.placeholder((1, 1, 1, 2))
@@ -385,18 +389,21 @@ class ResizeBuilders(GraphCore):
         >>> g.run({dy: torch.tensor([[[[1.0, 2.0, 3.0, 4.0]]]]), x: torch.zeros(1, 1, 1, 2)}, [dx])[0].tolist()
         [[[[3.0, 7.0]]]]
         """
-        a = ResizeNearestAttrs(_gradient_size(gradient, data_layout), center_result, align_corners, data_layout,
-                               nearest_rounding_mode)
+        a = ResizeNearestAttrs(_gradient_size(gradient, data_layout, size), center_result, align_corners,
+                               data_layout, nearest_rounding_mode)
         return self._apply(RESIZE_NEAREST_GRADIENT, [gradient, input], a, name)
 
     def resize_bilinear_gradient(self, gradient: Tensor, input: Tensor, *, center_result: bool = True,
                                  align_corners: bool = False, data_layout: TensorLayout = TensorLayout.NCHW,
-                                 name: str | None = None) -> Tensor:
+                                 size: Sequence[int] | None = None, name: str | None = None) -> Tensor:
         """Gradient of ``resize_bilinear(input, ...)`` given the result's gradient (MPSGraph
-        ``resizeBilinear(withGradient:input:...)``); only the input's shape is read."""
-        a = ResizeBilinearAttrs(_gradient_size(gradient, data_layout), center_result, align_corners, data_layout)
+        ``resizeBilinear(withGradient:input:...)``); only the input's shape is read. ``size`` as in
+        ``resize_nearest_gradient``."""
+        a = ResizeBilinearAttrs(_gradient_size(gradient, data_layout, size), center_result, align_corners,
+                                data_layout)
         return self._apply(RESIZE_BILINEAR_GRADIENT, [gradient, input], a, name)
 
 
-__all__ = ["RESIZE_BILINEAR", "RESIZE_BILINEAR_GRADIENT", "RESIZE_NEAREST", "RESIZE_NEAREST_GRADIENT", "ResizeBilinearAttrs", "ResizeBuilders", "ResizeMode",
+__all__ = ["RESIZE_BILINEAR", "RESIZE_BILINEAR_GRADIENT", "RESIZE_NEAREST", "RESIZE_NEAREST_GRADIENT",
+           "ResizeBilinearAttrs", "ResizeBuilders", "ResizeMode",
            "ResizeNearestAttrs", "ResizeNearestRoundingMode", "linear_taps", "nearest_indices", "spatial_axes"]
