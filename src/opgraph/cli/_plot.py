@@ -214,7 +214,8 @@ def line_chart(series: Sequence[Series], *, width: int = 800, height: int = 500,
     label_h = (GLYPH_H + DESCENT) * s
     tick_w = max(map(len, left_text)) * ADVANCE * s
     left = 4 * s + (label_h + 6 * s if left_label else 0) + tick_w + 6 * s
-    right_w = max(map(len, right_text)) * ADVANCE * s + 6 * s + (label_h + 6 * s if right_label else 0) + 4 * s
+    right_w = (max(map(len, right_text), default=0) * ADVANCE * s + 6 * s
+               + (label_h + 6 * s if right_label else 0) + 4 * s)
     right = width - 1 - (right_w if has_right else 12 * s + text_width(format_tick(x_ticks[-1], 1), s) // 2)
     top = (label_h + 10 * s) if title else 8 * s
     bottom = height - 1 - (6 * s + label_h + (label_h + 4 * s if x_label else 0) + 4 * s)

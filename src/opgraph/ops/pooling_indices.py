@@ -361,8 +361,8 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
                 coords, valid = _decode(mode, plan, idx)
                 yx = (coords[1], coords[2]) if cl else (coords[2], coords[3])
                 i = torch.where(valid, yx[0] * w + yx[1], -1)
-            if cpu:  # the CPU kernel writes at the index unchecked (-1 is skipped): keep it in range
-                i = torch.where((i >= 0) & (i < h * w), i, -1)
+            if cpu:  # the CPU kernel writes at the index unchecked (-1 is skipped): keep it in bounds
+                i = i.clamp(-1, h * w - 1)
             if cl:
                 grad, i = grad.permute(0, 3, 1, 2), i.permute(0, 3, 1, 2)
                 like_t = grad.new_empty((shape[0], h, w, shape[3])).permute(0, 3, 1, 2)
