@@ -119,8 +119,9 @@ def _grad_lower(kind: _Kind) -> Callable[[LowerContext], Callable[..., Any]]:
                 plans[sizes] = (divisor, _torch_avg_padding(d, sizes) if divisor is None else None)
             divisor, torch_padding = plans[sizes]
             if torch_padding is not None:  # PyTorch's kernel: the adjoint of the window mean
-                dx = torch.ops.aten.avg_pool2d_backward(grad, src, d.kernel_sizes, d.strides, torch_padding, False,
-                                                        True, None)
+                # contiguous: the CUDA kernel gave wrong values for permuted (NHWC-viewed) float64 inputs
+                dx = torch.ops.aten.avg_pool2d_backward(grad.contiguous(), src.contiguous(), d.kernel_sizes,
+                                                        d.strides, torch_padding, False, True, None)
                 dx = dx * window if kind is _Kind.L2 else dx
             else:
                 if kind is _Kind.AVG:
