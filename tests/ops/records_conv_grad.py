@@ -23,7 +23,6 @@ from .records_conv import (
     CONV2D_CASES,
     CONV3D_CASES,
     DEPTHWISE_CASES,
-    GPU_TOL,
     KERNEL_FIRST,
     _cf,
     _layout,
@@ -36,6 +35,8 @@ from .records_conv import (
 )
 
 TOL = {torch.float16: (2e-2, 2e-2), torch.float32: (1e-4, 1e-4)}
+# cuDNN runs float32 convolutions in TF32 by default; weight gradients sum many such products
+GPU_TOL = {**TOL, torch.float32: (1e-2, 1e-2)}
 CASES = {"conv2d": CONV2D_CASES, "conv3d": CONV3D_CASES, "depthwise_conv2d": DEPTHWISE_CASES}
 
 
