@@ -276,3 +276,14 @@ def test_split_sizes_checked_against_a_dynamic_axis() -> None:
     assert exe.run([torch.arange(3.0)])[0].tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(og.ExecutionError, match="split sizes add up to 3"):
         exe.run([torch.arange(5.0)])
+
+
+def test_scalar_attributes_must_fit_their_dtype() -> None:
+    g = og.Graph()
+    i, u = g.placeholder((3,), og.int64), g.placeholder((3,), og.uint8)
+    with pytest.raises(og.AttributeValueError, match="on_value 1.5 does not fit dtype int32"):
+        g.one_hot(i, 3, on_value=1.5, dtype=og.int32)
+    with pytest.raises(og.AttributeValueError, match="on_value 300 does not fit dtype uint8"):
+        g.one_hot(i, 3, on_value=300, dtype=og.uint8)
+    with pytest.raises(og.AttributeValueError, match="constant_value -1.0 does not fit dtype uint8"):
+        g.pad(u, og.PaddingMode.CONSTANT, [1], [1], constant_value=-1)

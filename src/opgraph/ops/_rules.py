@@ -49,3 +49,25 @@ def same_dtype(in_types: Sequence[TensorType], what: str = "inputs") -> DType:
         if t.dtype is not d:
             raise DTypeError(f"{what} must have one dtype, got {', '.join(x.dtype.name for x in in_types)}")
     return d
+
+
+def expect_value_fits(value: object, dtype: DType, what: str) -> None:
+    """A scalar attribute must be exactly representable in ``dtype`` (no silent wrap or truncation)."""
+    from ..core.errors import AttributeValueError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool):
+            return
+        raise AttributeValueError(f"{what} must be a number, got {value!r}")
+    if dtype.is_floating or dtype.is_complex:
+        return
+    ok = float(value).is_integer() if isinstance(value, float) else True
+    if ok and dtype.is_bool:
+        ok = value in (0, 1)
+    elif ok and dtype.is_integer:
+        import torch
+
+        info = torch.iinfo(dtype.torch_dtype)
+        ok = info.min <= int(value) <= info.max
+    if not ok:
+        raise AttributeValueError(f"{what} {value!r} does not fit dtype {dtype.name}")

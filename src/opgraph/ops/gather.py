@@ -34,7 +34,7 @@ from ..core.shape import Dim, Shape, as_shape, format_shape, normalize_axis
 from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Operation, Tensor
-from ._rules import expect_arity, expect_dtype, same_dtype
+from ._rules import expect_arity, expect_dtype, expect_value_fits, same_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 INJECTIVE = FusionKind.INJECTIVE
@@ -473,6 +473,8 @@ def _one_hot_rule(a: OneHotAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     _expect_axis(a.axis, idx.rank + 1)
     if a.dtype.packed or a.dtype.is_complex:
         raise DTypeError(f"dtype {a.dtype.name} is not supported (expects bool, integer or floating)")
+    expect_value_fits(a.on_value, a.dtype, "on_value")
+    expect_value_fits(a.off_value, a.dtype, "off_value")
     return TensorType(idx.shape[:a.axis] + (a.depth,) + idx.shape[a.axis:], a.dtype)
 
 
@@ -643,8 +645,16 @@ class GatherBuilders(GraphCore):
         [[1, 0, 0], [0, 0, 1]]
         """
         dt = as_dtype(dtype)
-        conv: Callable[[Any], bool | int | float] = bool if dt.is_bool else int if dt.is_integer else float
         indices = self._as_tensor(indices)
+        try:
+            expect_value_fits(on_value, dt, "on_value")
+            expect_value_fits(off_value, dt, "off_value")
+        except AttributeValueError as e:
+            raise AttributeValueError(f"one_hot: {e}") from None
+
+        def conv(v: Any) -> bool | int | float:  # exact: checked above
+            return bool(v) if dt.is_bool else int(v) if dt.is_integer else float(v)
+
         return self._apply(ONE_HOT, [indices], OneHotAttrs(depth, normalize_axis(axis, indices.rank + 1),
                                                            conv(on_value), conv(off_value), dt), name)
 

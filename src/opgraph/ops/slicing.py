@@ -24,7 +24,7 @@ from ..core.shape import Dim, Shape, format_shape, normalize_axes
 from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Operation, Tensor
-from ._rules import expect_arity, expect_dtype
+from ._rules import expect_arity, expect_dtype, expect_value_fits
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 from .shape import EXPAND_DIMS, AxesAttrs, Cotangents, Grads, check_ints, int_tuple, is_int
 
@@ -261,6 +261,8 @@ def _pad_rule(a: PadAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     _check_pad_attrs(a, x)
     if not x.dtype.is_floating and not x.dtype.is_complex and not math.isfinite(a.constant_value):
         raise AttributeValueError(f"constant_value {a.constant_value} does not fit dtype {x.dtype.name}")
+    if a.mode is PaddingMode.CONSTANT:
+        expect_value_fits(a.constant_value, x.dtype, "constant_value")
     gathers = a.mode not in (PaddingMode.CONSTANT, PaddingMode.ZERO)
     out: list[Dim] = []
     for i, d in enumerate(x.shape):
