@@ -24,6 +24,7 @@ from .ops.scan import ScanBuilders
 from .ops.shape import ShapeBuilders
 from .ops.slicing import SlicingBuilders
 from .ops.sort import SortBuilders
+from .ops.space_depth import SpaceDepthBuilders
 from .ops.state import StateBuilders
 from .ops.training import TrainingBuilders
 from .ops.unary import UnaryBuilders
@@ -39,6 +40,7 @@ class Graph(
     ScanBuilders,
     SortBuilders,
     ShapeBuilders,
+    SpaceDepthBuilders,
     SlicingBuilders,
     GatherBuilders,
     LinalgBuilders,

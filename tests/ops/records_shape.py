@@ -9,6 +9,7 @@ import torch
 
 import opgraph as og
 from opgraph.ops import shape as sh
+from opgraph.ops import space_depth
 
 from .opinfo import ErrorCase, OpInfo, Sample, rand
 
@@ -338,8 +339,8 @@ RECORDS = [
            _split_like_samples, _split_like_oracle, errors=SPLIT_LIKE_ERRORS),
     OpInfo("shape_of", (sh.SHAPE_OF,), lambda g, x: g.shape_of(x), _shape_of_samples,
            lambda x: np.array(x.shape, np.int32)),
-    OpInfo("space_to_depth", (sh.SPACE_TO_DEPTH,), lambda g, x, **kw: g.space_to_depth(x, **kw),
+    OpInfo("space_to_depth", (space_depth.SPACE_TO_DEPTH,), lambda g, x, **kw: g.space_to_depth(x, **kw),
            _layout_samples((2, 3, 4, 6), 2), _s2d_oracle, errors=S2D_ERRORS),
-    OpInfo("depth_to_space", (sh.DEPTH_TO_SPACE,), lambda g, x, **kw: g.depth_to_space(x, **kw),
+    OpInfo("depth_to_space", (space_depth.DEPTH_TO_SPACE,), lambda g, x, **kw: g.depth_to_space(x, **kw),
            _layout_samples((2, 12, 2, 3), 2), _d2s_oracle, errors=D2S_ERRORS),
 ]
