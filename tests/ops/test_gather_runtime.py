@@ -94,3 +94,17 @@ def test_mode_serialises(tmp_path: Any) -> None:
     g.save(tmp_path / "g")
     g2 = og.Graph.load(tmp_path / "g")
     assert g2.tensor("y").op.attrs.mode is ScatterMode.DIV
+
+
+def test_index_checks_can_be_turned_off() -> None:
+    g = og.Graph()
+    x = g.placeholder((4,), og.float32)
+    i = g.placeholder((2,), og.int64)
+    y = g.gather(x, i)
+    checked = g.compile({x: x.type, i: i.type}, [y], device="cpu")
+    fast = g.compile({x: x.type, i: i.type}, [y], device="cpu",
+                     descriptor=og.CompilationDescriptor(check_indices=False))
+    values = [torch.arange(4.0), torch.tensor([3, -1])]
+    assert checked.run(values)[0].tolist() == fast.run(values)[0].tolist() == [3.0, 3.0]
+    with pytest.raises(og.ExecutionError, match="out of range"):
+        checked.run([torch.arange(4.0), torch.tensor([4, 0])])

@@ -32,7 +32,8 @@ class GeneratedFunction:
     line_ops: dict[int, Operation]  # generated line number -> op, to name the op that failed
 
 
-def generate(program: Program, device: torch.device, state: dict[str, torch.Tensor]) -> GeneratedFunction:
+def generate(program: Program, device: torch.device, state: dict[str, torch.Tensor],
+             options: Any = None) -> GeneratedFunction:
     """Compile ``program`` into a Python function ``run(*inputs) -> list[Tensor]``.
 
     Values live in a few reused local names (a value's name goes back to a free list after its last
@@ -84,7 +85,8 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
         else:
             if op.op.lower is None:
                 raise GraphError(f"op {op.op.name} has no lowering")
-            ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device)
+            ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device,
+                               options)
             try:
                 bound[f"k{op.id}"] = op.op.lower(ctx)
             except OpgraphError:

@@ -36,6 +36,7 @@ class LowerContext:
     in_types: tuple[TensorType, ...]
     out_types: tuple[TensorType, ...]
     device: torch.device
+    options: Any = None  # the CompilationDescriptor (run-time checks, precision), None outside compilation
 
 
 TypeRule = Callable[[Any, tuple[TensorType, ...]], "TensorType | Sequence[TensorType]"]

@@ -83,11 +83,19 @@ def _expect_axis(axis: int, rank: int) -> None:
         raise ShapeError(f"axis {axis} is out of range for rank {rank}")
 
 
-def _checked(idx: torch.Tensor, size: int | torch.Tensor, what: str) -> torch.Tensor:
-    """``idx`` as int64 with negative entries wrapped; raises ``IndexError`` for any entry out of range."""
+def _checks_indices(ctx: LowerContext) -> bool:
+    """``CompilationDescriptor.check_indices`` (on unless the executable's descriptor turns it off)."""
+    return bool(getattr(ctx.options, "check_indices", True))
+
+
+def _checked(idx: torch.Tensor, size: int | torch.Tensor, what: str, check: bool = True) -> torch.Tensor:
+    """``idx`` as int64 with negative entries wrapped; raises ``IndexError`` for any entry out of range
+    when ``check`` (one host synchronisation per op on a GPU: ``check_indices=False`` skips it)."""
     idx = idx.long()
     if idx.numel() == 0:
         return idx
+    if not check:
+        return torch.where(idx < 0, idx + size, idx)
     bad = (idx < -size) | (idx >= size)
     if bool(bad.any()):  # one host sync: correctness over speed for a bad index
         raise IndexError(f"{what}: index {int(idx[bad][0])} is out of range for dimension size(s) "
@@ -157,11 +165,11 @@ def _gather_rule(a: GatherAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 
 
 def _gather_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, b = ctx.attrs.axis, ctx.attrs.batch_dims
+    axis, b, check = ctx.attrs.axis, ctx.attrs.batch_dims, _checks_indices(ctx)
 
     def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         n = x.shape[axis]
-        idx = _checked(idx, n, "gather")
+        idx = _checked(idx, n, "gather", check)
         out_shape = x.shape[:axis] + idx.shape[b:] + x.shape[axis + 1:]
         if b == 0:
             return torch.index_select(x, axis, idx.reshape(-1)).reshape(out_shape)
@@ -207,22 +215,22 @@ def _gather_nd_rule(a: GatherNDAttrs, ins: tuple[TensorType, ...]) -> TensorType
     return TensorType(batch + idx.shape[b:-1] + x.shape[b + k:], x.dtype)
 
 
-def _nd_linear(idx: torch.Tensor, sizes: Sequence[int], what: str) -> torch.Tensor:
+def _nd_linear(idx: torch.Tensor, sizes: Sequence[int], what: str, check: bool) -> torch.Tensor:
     """Row-major linear offsets of the index vectors in ``idx[..., K]`` into dims ``sizes``."""
     lim = torch.tensor(list(sizes), dtype=torch.int64, device=idx.device)
-    idx = _checked(idx, lim, what)
+    idx = _checked(idx, lim, what, check)
     strides = torch.tensor([_prod(sizes[k + 1:]) for k in range(len(sizes))], dtype=torch.int64, device=idx.device)
     return (idx * strides).sum(-1)
 
 
 def _gather_nd_lower(ctx: LowerContext) -> Callable[..., Any]:
-    b = ctx.attrs.batch_dims
+    b, check = ctx.attrs.batch_dims, _checks_indices(ctx)
 
     def gather_nd(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         k = idx.shape[-1]
         sizes, rest, q = x.shape[b:b + k], x.shape[b + k:], idx.shape[b:-1]
         nb, nq, nr = _prod(x.shape[:b]), _prod(q), _prod(rest)
-        lin = _nd_linear(idx, sizes, "gather_nd").reshape(nb, nq, 1).expand(nb, nq, nr)
+        lin = _nd_linear(idx, sizes, "gather_nd", check).reshape(nb, nq, 1).expand(nb, nq, nr)
         out = torch.gather(x.reshape(nb, _prod(sizes), nr), 1, lin)
         return out.reshape(x.shape[:b] + q + rest)
 
@@ -256,7 +264,8 @@ def _gather_along_axis_rule(a: GatherAlongAxisAttrs, ins: tuple[TensorType, ...]
 
 def _gather_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
     axis = ctx.attrs.axis
-    return lambda x, idx: torch.gather(x, axis, _checked(idx, x.shape[axis], "gather_along_axis"))
+    check = _checks_indices(ctx)
+    return lambda x, idx: torch.gather(x, axis, _checked(idx, x.shape[axis], "gather_along_axis", check))
 
 
 GATHER_ALONG_AXIS = OpDef("gather_along_axis", infer=_gather_along_axis_rule, lower=_gather_along_axis_lower,
@@ -284,10 +293,10 @@ def _scatter_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 
 
 def _scatter_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+    axis, mode, check = ctx.attrs.axis, ctx.attrs.mode, _checks_indices(ctx)
 
     def scatter(data: torch.Tensor, upd: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        idx = _checked(idx, data.shape[axis], "scatter")
+        idx = _checked(idx, data.shape[axis], "scatter", check)
         view = [1] * data.dim()
         view[axis] = -1
         return _scatter_into(data, axis, idx.reshape(view).expand(upd.shape), upd, mode)
@@ -325,13 +334,13 @@ def _scatter_nd_rule(a: ScatterNDAttrs, ins: tuple[TensorType, ...]) -> TensorTy
 
 
 def _scatter_nd_lower(ctx: LowerContext) -> Callable[..., Any]:
-    mode, b = ctx.attrs.mode, ctx.attrs.batch_dims
+    mode, b, check = ctx.attrs.mode, ctx.attrs.batch_dims, _checks_indices(ctx)
 
     def scatter_nd(data: torch.Tensor, upd: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         k = idx.shape[-1]
         sizes, rest = data.shape[b:b + k], data.shape[b + k:]
         nb, nq, nr = _prod(data.shape[:b]), _prod(idx.shape[b:-1]), _prod(rest)
-        lin = _nd_linear(idx, sizes, "scatter_nd").reshape(nb, nq, 1).expand(nb, nq, nr)
+        lin = _nd_linear(idx, sizes, "scatter_nd", check).reshape(nb, nq, 1).expand(nb, nq, nr)
         out = _scatter_into(data.reshape(nb, _prod(sizes), nr), 1, lin, upd.reshape(nb, nq, nr), mode)
         return out.reshape(data.shape)
 
@@ -353,9 +362,9 @@ def _scatter_along_axis_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> Te
 
 
 def _scatter_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+    axis, mode, check = ctx.attrs.axis, ctx.attrs.mode, _checks_indices(ctx)
     return lambda data, upd, idx: _scatter_into(
-        data, axis, _checked(idx, data.shape[axis], "scatter_along_axis"), upd, mode)
+        data, axis, _checked(idx, data.shape[axis], "scatter_along_axis", check), upd, mode)
 
 
 SCATTER_ALONG_AXIS = OpDef("scatter_along_axis", infer=_scatter_along_axis_rule, lower=_scatter_along_axis_lower,

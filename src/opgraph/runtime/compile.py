@@ -30,11 +30,15 @@ class CompilationDescriptor:
     common-subexpression elimination and constant folding.
     ``verify_each_pass``: run the IR verifier after every pass (tests turn this on).
     ``constant_fold_limit``: the largest result, in elements, that folding may produce.
+    ``check_indices``: gather/scatter ops raise ``og.ExecutionError`` on an out-of-range index. On a
+    GPU the check costs one host synchronisation per such op; ``False`` skips it (an out-of-range
+    index is then undefined behaviour, as in MPSGraph).
     """
 
     optimization_level: int = 1
     verify_each_pass: bool = False
     constant_fold_limit: int = 1 << 16
+    check_indices: bool = True
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError

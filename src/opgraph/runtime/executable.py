@@ -49,7 +49,7 @@ class Executable:
         for op in self.program.graph.ops:
             if op.op is VARIABLE and op.name not in self._state:
                 self._state[op.name] = op.payload.to(device.torch).clone()  # type: ignore[union-attr]
-        self._generated = generate(self.program, device.torch, self._state)
+        self._generated = generate(self.program, device.torch, self._state, descriptor)
         self._fn = self._generated.fn
         self._checks = [(ty.dtype.torch_dtype, ty.shape) for ty in self.input_types]
         self._torch_device = device.torch
