@@ -18,7 +18,7 @@ FOLD_LIMIT = 1 << 16  # elements; larger results stay computed, to keep executab
 
 def constant_folding(program: Program, limit: int = FOLD_LIMIT) -> Program:
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Sequence[Tensor] | None:
-        if op.op.side_effects or op.op.fusion is FusionKind.SOURCE or op.op.lower is None or not ins:
+        if op.op.side_effects or op.op.fusion is FusionKind.SOURCE or op.op.lower is None:
             return None
         if op.op.reads_values:
             if any(t.op.op is not CONSTANT for t in ins):
