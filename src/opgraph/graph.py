@@ -6,6 +6,7 @@ from __future__ import annotations
 from .autodiff.vjp import AutodiffMethods
 from .ops.activation import ActivationBuilders
 from .ops.batch_norm import BatchNormBuilders
+from .ops.batch_norm_grad import BatchNormGradientBuilders
 from .ops.conv import ConvBuilders
 from .ops.conv_grad import ConvGradientBuilders
 from .ops.elementwise import ElementwiseBuilders
@@ -51,6 +52,7 @@ class Graph(
     PoolingGradientBuilders,
     NormBuilders,
     BatchNormBuilders,
+    BatchNormGradientBuilders,
     NNBuilders,
     LossBuilders,
     TrainingBuilders,

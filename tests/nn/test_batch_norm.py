@@ -124,3 +124,104 @@ def test_gradients_flow_through_batch_norm() -> None:
     (torch.nn.functional.batch_norm(xt, None, None, gt, bt, training=True) * w).sum().backward()
     for a, b in zip(got, [xt.grad, gt.grad, bt.grad], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+# ---- the fused op and its gradient op ---------------------------------------------------------------
+def _torch_train(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, axis: int = 1) -> torch.Tensor:
+    return torch.nn.functional.batch_norm(x.movedim(axis, 1), None, None, gamma, beta, training=True).movedim(1, axis)
+
+
+def test_training_mode_is_one_op_and_its_gradient_one_more() -> None:
+    """No reductions or elementwise pieces: one batch_norm_training forward, one gradient op backward,
+    and nothing for the statistics outputs the loss does not read."""
+    g = og.Graph()
+    bn = og.nn.BatchNorm2d(g, 3, dtype=og.float64)
+    x = g.placeholder((4, 3, 2, 2), og.float64)
+    y = bn(x)
+    forward = [op.op.name for op in g.ops]
+    assert forward.count("batch_norm_training") == 1
+    assert not {"reduce_mean", "variance", "normalize"} & set(forward)
+    loss = g.reduce_sum(g.multiply(y, y))
+    start = len(g.ops)
+    g.gradients(loss, [x, bn.weight, bn.bias])
+    backward = [op.op.name for op in g.ops[start:]]
+    assert backward.count("batch_norm_training_gradient") == 1
+    # the loss's own rule (5 ops), the zeros for the two unused outputs, the gradient op: no 1/N terms
+    assert len(backward) == 9 and not {"subtract", "divide", "reduce_sum"} & set(backward), backward
+
+
+def test_gradients_through_the_statistics_outputs() -> None:
+    """Cotangents on (mean, variance) add 1/N and 2 (x - mean) / N terms, as torch's var_mean gives."""
+    g = og.Graph()
+    x = g.placeholder((3, 2, 4), og.float64)
+    gamma, beta = g.placeholder((2,), og.float64), g.placeholder((2,), og.float64)
+    y, mean, var = g.batch_norm_training(x, gamma, beta)
+    ws = [torch.randn(*s, dtype=F64, generator=_gen(i)) for i, s in enumerate([(3, 2, 4), (2,), (2,)])]
+    loss = sum((g.reduce_sum(g.multiply(t, g.constant(w))) for t, w in zip((y, mean, var), ws, strict=True)),
+               start=g.constant(torch.zeros((), dtype=F64)))
+    grads = g.gradients(loss, [x, gamma, beta])
+    xv, gv, bv = (torch.randn(*s, dtype=F64, generator=_gen(10 + i)) for i, s in enumerate([(3, 2, 4), (2,), (2,)]))
+    got = g.run({x: xv, gamma: gv, beta: bv}, [grads[x], grads[gamma], grads[beta]], device="cpu")
+    xt, gt, bt = (t.clone().requires_grad_() for t in (xv, gv, bv))
+    vt, mt = torch.var_mean(xt, (0, 2), correction=0)
+    tl = (_torch_train(xt, gt, bt) * ws[0]).sum() + (mt * ws[1]).sum() + (vt * ws[2]).sum()
+    want = torch.autograd.grad(tl, [xt, gt, bt])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_second_derivatives_match_torch_double_backward(axis: int) -> None:
+    """Gradients of the gradient (the gradient op's own rule, and the statistics terms it feeds) and
+    forward-over-reverse (jvp of the gradient) equal torch's double backward."""
+    shape, c = ((3, 2, 2, 2), 2) if axis == 1 else ((2, 3, 2, 3), 3)
+    g = og.Graph()
+    rm, rv = g.variable(torch.zeros(c, dtype=F64)), g.variable(torch.ones(c, dtype=F64))
+    x = g.placeholder(shape, og.float64)
+    gamma, beta = g.placeholder((c,), og.float64), g.placeholder((c,), og.float64)
+    w, v = (torch.randn(*shape, dtype=F64, generator=_gen(s)) for s in (1, 2))
+    y, _ = g.batch_norm(x, rm, rv, gamma, beta, training=True, axis=axis)
+    loss = g.reduce_sum(g.multiply(g.tanh(y), g.constant(w)))
+    first = g.gradients(loss, [x, gamma])
+    inner = g.reduce_sum(g.multiply(first[x], g.constant(v)))
+    second = g.gradients(inner, [x, gamma, beta])
+    tangent = g.constant(v)
+    fwd = g.jvp([first[x], first[gamma]], [x], [tangent])
+    xv, gv, bv = (torch.randn(*s, dtype=F64, generator=_gen(20 + i)) for i, s in enumerate([shape, (c,), (c,)]))
+    outs = [second[x], second[gamma], second[beta], *fwd]
+    got = g.run({x: xv, gamma: gv, beta: bv}, outs, device="cpu")
+    xt, gt, bt = (t.clone().requires_grad_() for t in (xv, gv, bv))
+    tl = (torch.tanh(_torch_train(xt, gt, bt, axis)) * w).sum()
+    (gx,) = torch.autograd.grad(tl, [xt], create_graph=True)
+    want = list(torch.autograd.grad((gx * v).sum(), [xt, gt, bt]))
+    # jvp along v of (dL/dx, dL/dgamma): H_xx v and H_gamma,x v, the first two above by symmetry
+    want += want[:2]
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9, msg=f"output {i}")
+
+
+def test_jvp_of_the_normalised_output() -> None:
+    g = og.Graph()
+    x = g.placeholder((4, 3, 2), og.float64)
+    gamma = g.placeholder((3,), og.float64)
+    y, _, _ = g.batch_norm_training(x, gamma)
+    t = g.placeholder((4, 3, 2), og.float64)
+    (dy,) = g.jvp([y], [x], [t])
+    shapes = [(4, 3, 2), (4, 3, 2), (3,)]
+    xv, tv, gv = (torch.randn(*s, dtype=F64, generator=_gen(30 + i)) for i, s in enumerate(shapes))
+    (got,) = g.run({x: xv, t: tv, gamma: gv}, [dy], device="cpu")
+    e = 1e-6  # central differences
+    want = (_torch_train(xv + e * tv, gv, None) - _torch_train(xv - e * tv, gv, None)) / (2 * e)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_jvp_through_the_batch_statistics() -> None:
+    # jvp's stand-in cotangents must not look like the engine's zero fills (rules skip those)
+    g = og.Graph()
+    x, t = g.placeholder((4, 3), og.float64), g.placeholder((4, 3), og.float64)
+    _, mean, var = g.batch_norm_training(x, axis=1)
+    dmean, dvar = g.jvp([mean, var], [x], [t])
+    xv, tv = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    got_mean, got_var = g.run({x: xv, t: tv}, [dmean, dvar])
+    torch.testing.assert_close(got_mean, tv.mean(0))
+    torch.testing.assert_close(got_var, (2 * (xv - xv.mean(0)) * (tv - tv.mean(0))).mean(0))

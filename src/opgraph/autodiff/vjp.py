@@ -111,7 +111,8 @@ def jvp(graph: Graph, outputs: Sequence[Tensor], inputs: Sequence[Tensor],
         if x.dtype is not t.dtype or (x.shape != t.shape and None not in x.shape + t.shape):
             raise DTypeError(f"jvp: tangent %{t.name}: {t.type} does not match input %{x.name}: {x.type}")
     outputs = list(outputs)
-    dummies = [graph.zeros_like(o) for o in outputs]
+    # not a bare zeros_like: rules may skip terms for cotangents that are the engine's zero fills
+    dummies = [graph.multiply(graph.zeros_like(o), 1) for o in outputs]
     pulled = vjp(graph, outputs, dummies, inputs)
     inner: Any = None
     for p, t in zip(pulled, tangents, strict=True):
