@@ -34,12 +34,14 @@ Scalar = float | Tensor
 
 class Optimizer:
     """Base class: ``graph``, ``variables`` and ``state`` (per variable, its state variables by
-    PyTorch's names, created by the first ``step``)."""
+    PyTorch's names, created by the first ``step``). ``foreach=True`` (SGD, Adam, AdamW: the default)
+    updates all the variables with one multi-tensor op; the others accept ``foreach`` and use graph ops
+    per variable."""
 
     _what = "optimizer"
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], update: Callable[..., training.Update],
-                 hyper: Mapping[str, Any]) -> None:
+                 hyper: Mapping[str, Any], multi: Callable[..., list[training.Update]] | None = None) -> None:
         variables = list(variables)
         if not variables:
             raise GraphError(f"{self._what}: got an empty list of variables")
@@ -53,7 +55,7 @@ class Optimizer:
         self.graph = graph
         self.variables = variables
         self.state: dict[Tensor, dict[str, Tensor]] = {}
-        self._fn, self._hyper = update, dict(hyper)
+        self._fn, self._hyper, self._multi = update, dict(hyper), multi
 
     def apply_gradients(self, gradients: Mapping[Tensor, Any]) -> list[Operation]:
         """Add the update of each variable from its gradient (a tensor or a value); returns the assigns."""
@@ -61,6 +63,14 @@ class Optimizer:
         for v in self.variables:
             if v not in gradients:
                 raise GraphError(f"{self._what}: no gradient given for %{v.name}")
+        if self._multi is not None:  # one multi-tensor op for all the variables
+            updates = self._multi(self.graph, self.variables, [gradients[v] for v in self.variables],
+                                  states=[self.state.get(v, {}) for v in self.variables], **self._hyper)
+            for v, upd in zip(self.variables, updates, strict=True):
+                self.state[v] = upd.state
+                ops.extend(upd.ops)
+            return ops
+        for v in self.variables:
             upd = self._fn(self.graph, v, gradients[v], state=self.state.get(v, {}), **self._hyper)
             self.state[v] = upd.state
             ops.extend(upd.ops)
@@ -77,30 +87,33 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """``torch.optim.SGD``: momentum (with dampening, Nesterov) and L2 weight decay."""
+    """``torch.optim.SGD``: momentum (with dampening, Nesterov) and L2 weight decay. ``foreach`` (the
+    default): one multi-tensor op updates all the variables; ``False``: graph ops per variable."""
 
     _what = "SGD"
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1e-3, momentum: Scalar = 0.0,
                  dampening: Scalar = 0.0, weight_decay: Scalar = 0.0, nesterov: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, foreach: bool = True) -> None:
         super().__init__(graph, variables, training.sgd_update, dict(
             learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, dampening=dampening,
-            maximize=maximize))
+            maximize=maximize), training.sgd_multi_update if foreach else None)
 
 
 class Adam(Optimizer):
-    """``torch.optim.Adam`` (AMSGrad with ``amsgrad=True``; L2 weight decay added to the gradient)."""
+    """``torch.optim.Adam`` (AMSGrad with ``amsgrad=True``; L2 weight decay added to the gradient);
+    ``foreach`` as for ``SGD``."""
 
     _what = "Adam"
     _decoupled = False
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1e-3,
                  betas: tuple[Scalar, Scalar] = (0.9, 0.999), eps: Scalar = 1e-8, weight_decay: Scalar = 0.0,
-                 amsgrad: bool = False, *, maximize: bool = False) -> None:
+                 amsgrad: bool = False, *, maximize: bool = False, foreach: bool = True) -> None:
         super().__init__(graph, variables, training.adam_update, dict(
             learning_rate=lr, beta1=betas[0], beta2=betas[1], epsilon=eps, weight_decay=weight_decay,
-            amsgrad=amsgrad, decoupled_weight_decay=self._decoupled, maximize=maximize))
+            amsgrad=amsgrad, decoupled_weight_decay=self._decoupled, maximize=maximize),
+            training.adam_multi_update if foreach else None)
 
 
 class AdamW(Adam):
@@ -111,8 +124,8 @@ class AdamW(Adam):
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1e-3,
                  betas: tuple[Scalar, Scalar] = (0.9, 0.999), eps: Scalar = 1e-8, weight_decay: Scalar = 1e-2,
-                 amsgrad: bool = False, *, maximize: bool = False) -> None:
-        super().__init__(graph, variables, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
+                 amsgrad: bool = False, *, maximize: bool = False, foreach: bool = True) -> None:
+        super().__init__(graph, variables, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach)
 
 
 class RMSprop(Optimizer):
@@ -122,7 +135,7 @@ class RMSprop(Optimizer):
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1e-2, alpha: Scalar = 0.99,
                  eps: Scalar = 1e-8, weight_decay: Scalar = 0.0, momentum: Scalar = 0.0, centered: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, foreach: bool = False) -> None:
         super().__init__(graph, variables, training.rmsprop_update, dict(
             learning_rate=lr, alpha=alpha, epsilon=eps, weight_decay=weight_decay, momentum=momentum,
             centered=centered, maximize=maximize))
@@ -135,7 +148,7 @@ class Adagrad(Optimizer):
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1e-2, lr_decay: Scalar = 0.0,
                  weight_decay: Scalar = 0.0, initial_accumulator_value: float = 0.0, eps: Scalar = 1e-10, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, foreach: bool = False) -> None:
         super().__init__(graph, variables, training.adagrad_update, dict(
             learning_rate=lr, lr_decay=lr_decay, weight_decay=weight_decay,
             initial_accumulator_value=initial_accumulator_value, epsilon=eps, maximize=maximize))
@@ -147,6 +160,7 @@ class Adadelta(Optimizer):
     _what = "Adadelta"
 
     def __init__(self, graph: Any, variables: Sequence[Tensor], lr: Scalar = 1.0, rho: Scalar = 0.9,
-                 eps: Scalar = 1e-6, weight_decay: Scalar = 0.0, *, maximize: bool = False) -> None:
+                 eps: Scalar = 1e-6, weight_decay: Scalar = 0.0, *, maximize: bool = False,
+                 foreach: bool = False) -> None:
         super().__init__(graph, variables, training.adadelta_update, dict(
             learning_rate=lr, rho=rho, epsilon=eps, weight_decay=weight_decay, maximize=maximize))

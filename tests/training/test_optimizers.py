@@ -1,7 +1,8 @@
 """Optimizers built into graphs (``og.optim`` and the ``apply_*`` builders) against ``torch.optim``.
 
 Each test runs a few steps in float64 from the same initial values with the same gradients (or the
-same loss) in opgraph and in PyTorch, and compares the trajectories to 1e-10.
+same loss) in opgraph and in PyTorch, and compares the trajectories to 1e-10; every optimizer test runs
+with ``foreach`` on (one multi-tensor op for SGD, Adam, AdamW) and off (graph ops per variable).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ CASES: list[tuple[str, Any, Any, dict[str, Any]]] = [
 IDS = [c[0] for c in CASES]
 
 
+@pytest.fixture(params=[True, False], ids=["foreach", "per-variable"])
+def foreach(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 def _problem(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A small linear regression: inputs (8, 3), targets (8,), initial weights (3,) and bias ()."""
     gen = torch.Generator().manual_seed(seed)
@@ -62,7 +68,8 @@ def _torch_loss(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tens
 
 
 @pytest.mark.parametrize("name,og_cls,torch_cls,kw", CASES, ids=IDS)
-def test_given_gradients_match_torch(name: str, og_cls: Any, torch_cls: Any, kw: dict[str, Any]) -> None:
+def test_given_gradients_match_torch(name: str, og_cls: Any, torch_cls: Any, kw: dict[str, Any],
+                                     foreach: bool) -> None:
     """The update alone: gradients fed through a placeholder."""
     rng = np.random.default_rng(0)
     w0 = torch.from_numpy(rng.normal(size=(3, 2)))
@@ -70,7 +77,7 @@ def test_given_gradients_match_torch(name: str, og_cls: Any, torch_cls: Any, kw:
     g = og.Graph()
     w = g.variable(w0, name="w")
     grad = g.placeholder((3, 2), og.float64, name="grad")
-    ops = og_cls(g, [w], **kw).apply_gradients({w: grad})
+    ops = og_cls(g, [w], **kw, foreach=foreach).apply_gradients({w: grad})
     ref = w0.clone().requires_grad_()
     opt = torch_cls([ref], **kw)
     for k, gr in enumerate(grads):
@@ -81,14 +88,15 @@ def test_given_gradients_match_torch(name: str, og_cls: Any, torch_cls: Any, kw:
 
 
 @pytest.mark.parametrize("name,og_cls,torch_cls,kw", CASES, ids=IDS)
-def test_step_on_a_loss_matches_torch(name: str, og_cls: Any, torch_cls: Any, kw: dict[str, Any]) -> None:
+def test_step_on_a_loss_matches_torch(name: str, og_cls: Any, torch_cls: Any, kw: dict[str, Any],
+                                      foreach: bool) -> None:
     """``step(loss)``: gradients from graph.gradients, updates compiled into the same executable as the loss."""
     xv, yv, w0, b0 = _problem()
     g = og.Graph()
     x, y = g.placeholder((8, 3), og.float64), g.placeholder((8,), og.float64)
     w, b = g.variable(w0, name="w"), g.variable(b0, name="b")
     loss = _graph_loss(g, x, y, w, b)
-    ops = og_cls(g, [w, b], **kw).step(loss)
+    ops = og_cls(g, [w, b], **kw, foreach=foreach).step(loss)
     tw, tb = w0.clone().requires_grad_(), b0.clone().requires_grad_()
     opt = torch_cls([tw, tb], **kw)
     for k in range(STEPS):
@@ -116,14 +124,14 @@ LRS = [0.1, 0.05, 0.2, 0.0, 0.01]
 @pytest.mark.parametrize("name,og_cls,torch_cls,kw", SCHEDULED, ids=[c[0] for c in SCHEDULED])
 @pytest.mark.parametrize("source", ["placeholder", "variable"])
 def test_tensor_learning_rate_schedule(name: str, og_cls: Any, torch_cls: Any, kw: dict[str, Any],
-                                       source: str) -> None:
+                                       source: str, foreach: bool) -> None:
     """A learning rate that is a graph tensor, changed between runs (torch: the param group's lr)."""
     xv, yv, w0, b0 = _problem(1)
     g = og.Graph()
     x, y = g.placeholder((8, 3), og.float64), g.placeholder((8,), og.float64)
     w, b = g.variable(w0), g.variable(b0)
     lr = g.placeholder((), og.float64) if source == "placeholder" else g.variable(torch.tensor(0.0, dtype=F64))
-    ops = og_cls(g, [w, b], lr=lr, **kw).step(_graph_loss(g, x, y, w, b))
+    ops = og_cls(g, [w, b], lr=lr, **kw, foreach=foreach).step(_graph_loss(g, x, y, w, b))
     tw, tb = w0.clone().requires_grad_(), b0.clone().requires_grad_()
     opt = torch_cls([tw, tb], lr=LRS[0], **kw)
     for rate in LRS:
@@ -142,7 +150,7 @@ def test_tensor_learning_rate_schedule(name: str, og_cls: Any, torch_cls: Any, k
         torch.testing.assert_close(g.variable_value(b), tb.detach(), rtol=0, atol=1e-10, msg=f"lr {rate}")
 
 
-def test_tensor_betas_and_momentum() -> None:
+def test_tensor_betas_and_momentum(foreach: bool) -> None:
     """Other hyper-parameters may be tensors too (fed as float32 for a float64 variable: cast)."""
     rng = np.random.default_rng(4)
     w0 = torch.from_numpy(rng.normal(size=(4,)))
@@ -156,7 +164,7 @@ def test_tensor_betas_and_momentum() -> None:
         g = og.Graph()
         w = g.variable(w0)
         grad = g.placeholder((4,), og.float64)
-        ops = og_cls(g, [w], lr=0.1, **og_kw(g)).apply_gradients({w: grad})
+        ops = og_cls(g, [w], lr=0.1, **og_kw(g), foreach=foreach).apply_gradients({w: grad})
         ref = w0.clone().requires_grad_()
         opt = torch_cls([ref], lr=0.1, **t_kw)
         for gr in grads:
@@ -168,7 +176,7 @@ def test_tensor_betas_and_momentum() -> None:
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float32, 3e-7), (torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
-def test_lower_precision_variables(dtype: torch.dtype, atol: float) -> None:
+def test_lower_precision_variables(dtype: torch.dtype, atol: float, foreach: bool) -> None:
     """16-bit variables compute in float32 and keep their dtype (state included)."""
     rng = np.random.default_rng(5)
     w0 = torch.from_numpy(rng.normal(size=(6,))).to(dtype)
@@ -176,7 +184,7 @@ def test_lower_precision_variables(dtype: torch.dtype, atol: float) -> None:
     g = og.Graph()
     w = g.variable(w0)
     grad = g.placeholder((6,), og.TensorType.of(w0).dtype)
-    opt = og.optim.Adam(g, [w], lr=0.1)
+    opt = og.optim.Adam(g, [w], lr=0.1, foreach=foreach)
     ops = opt.apply_gradients({w: grad})
     ref = w0.float().clone().requires_grad_()
     topt = torch.optim.Adam([ref], lr=0.1)
@@ -233,10 +241,10 @@ def test_apply_sgd_uses_a_given_momentum_variable() -> None:
     assert g.variable_value(w, CPU).tolist() == pytest.approx([1.0 - 0.5 - 0.95, 2.0 + 0.5 + 0.95])
 
 
-def test_state_variables_are_named_and_kept() -> None:
+def test_state_variables_are_named_and_kept(foreach: bool) -> None:
     g = og.Graph()
     w = g.variable(torch.zeros(3, dtype=F64), name="w")
-    opt = og.optim.Adam(g, [w], amsgrad=True)
+    opt = og.optim.Adam(g, [w], amsgrad=True, foreach=foreach)
     opt.apply_gradients({w: g.constant([1.0, 2.0, 3.0], og.float64)})
     assert sorted(opt.state[w]) == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"]
     assert g.tensor("w.exp_avg") is opt.state[w]["exp_avg"]
@@ -246,11 +254,11 @@ def test_state_variables_are_named_and_kept() -> None:
     assert g.variable_value(opt.state[w]["step"], CPU).item() == 1.0
 
 
-def test_two_steps_in_one_run() -> None:
+def test_two_steps_in_one_run(foreach: bool) -> None:
     """Updates take effect at their point: a second step in the same graph sees the first one's results."""
     g = og.Graph()
     w = g.variable(torch.tensor([4.0], dtype=F64))
-    opt = og.optim.SGD(g, [w], lr=0.25)
+    opt = og.optim.SGD(g, [w], lr=0.25, foreach=foreach)
     first = opt.step(g.reduce_sum(w * w))
     second = opt.apply_gradients({w: g.read(w) * 2.0})
     g.run(target_ops=first + second, device=CPU)
@@ -308,7 +316,103 @@ def _var(g: og.Graph, shape: tuple[int, ...] = (2,), dtype: torch.dtype = F64) -
     (lambda g: g.apply_sgd(_var(g), g.placeholder((2,), og.float64), 0.1, 0.9, momentum_variable=_var(g, (3,))),
      og.ShapeError, "momentum_buffer"),
     (lambda g: og.optim.SGD(g, [_var(g)], lr=0.1).apply_gradients({}), og.GraphError, "no gradient"),
+    (lambda g: og.optim.Adam(g, [w := _var(g)]).apply_gradients({w: g.placeholder((3,), og.float64)}),
+     og.ShapeError, "does not match"),
+    (lambda g: og.optim.SGD(g, [w := _var(g, (2,), torch.int32)], lr=0.1).apply_gradients({w: g.placeholder((2,))}),
+     og.DTypeError, "real floating"),
 ])
 def test_errors(build: Callable[[og.Graph], Any], error: type[og.OpgraphError], match: str) -> None:
     with pytest.raises(error, match=match):
         build(og.Graph())
+
+
+# ---- the multi-tensor path ----------------------------------------------------------------------------
+def _model(g: og.Graph, dtypes: list[torch.dtype], seed: int = 7) -> tuple[list[og.Tensor], list[og.Tensor]]:
+    """Variables of several shapes and dtypes, and a gradient placeholder for each."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(3, 4), (5,), (), (2, 1, 3)]
+    ws = [g.variable(torch.randn(shapes[i % 4], generator=gen, dtype=F64).to(dt), name=f"w{i}")
+          for i, dt in enumerate(dtypes)]
+    return ws, [g.placeholder(w.shape, w.dtype) for w in ws]
+
+
+MULTI: list[tuple[str, Any, dict[str, Any]]] = [
+    ("sgd-dampening-wd-maximize", og.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.1,
+                                                     maximize=True)),
+    ("sgd-nesterov", og.optim.SGD, dict(lr=0.1, momentum=0.8, nesterov=True)),
+    ("adam-amsgrad-wd", og.optim.Adam, dict(lr=0.05, weight_decay=0.1, amsgrad=True)),
+    ("adamw-maximize", og.optim.AdamW, dict(lr=0.05, maximize=True)),
+]
+
+
+@pytest.mark.parametrize("name,og_cls,kw", MULTI, ids=[c[0] for c in MULTI])
+def test_foreach_matches_per_variable_on_mixed_dtypes(name: str, og_cls: Any, kw: dict[str, Any]) -> None:
+    """One optimizer over float64, float32, float16 and bfloat16 variables: the multi-tensor ops (one per
+    compute dtype) give the per-variable graph ops' results, state included."""
+    dtypes = [F64, torch.float32, torch.float16, torch.bfloat16, torch.float32, F64]
+    results = []
+    for foreach in (True, False):
+        g = og.Graph()
+        ws, ds = _model(g, dtypes)
+        opt = og_cls(g, ws, **kw, foreach=foreach)
+        ops = opt.apply_gradients(dict(zip(ws, ds, strict=True)))
+        multi = [op for op in g.ops if op.op.name.endswith("_multi_tensor")]
+        assert len(multi) == (2 if foreach else 0)  # float64, and float32 for the rest
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(4):
+            g.run({d: torch.randn(d.shape, generator=gen, dtype=F64).to(d.dtype.torch_dtype) for d in ds},
+                  target_ops=ops, device=CPU)
+        results.append([(g.variable_value(w), {k: g.variable_value(v) for k, v in opt.state[w].items()})
+                        for w in ws])
+    for (a, sa), (b, sb), dt in zip(*results, dtypes, strict=True):
+        assert a.dtype == b.dtype == dt
+        tol = 1e-12 if dt == F64 else 1e-6 if dt == torch.float32 else 1e-2
+        torch.testing.assert_close(a.double(), b.double(), rtol=0, atol=tol)
+        assert sorted(sa) == sorted(sb)
+        for k in sa:
+            assert sa[k].dtype == sb[k].dtype
+            torch.testing.assert_close(sa[k].double(), sb[k].double(), rtol=0, atol=tol)
+
+
+def test_foreach_is_one_op_with_a_shared_step() -> None:
+    g = og.Graph()
+    ws, ds = _model(g, [torch.float32] * 5)
+    opt = og.optim.Adam(g, ws, lr=0.1)
+    ops = opt.apply_gradients(dict(zip(ws, ds, strict=True)))
+    names = [op.op.name for op in g.ops]
+    assert names.count("adam_multi_tensor") == 1
+    assert not {"multiply", "add", "subtract", "divide", "sqrt"} & set(names)
+    assert len({id(opt.state[w]["step"]) for w in ws}) == 1  # one counter for the group
+    assert sum(op.op.name == "assign" for op in ops) == len(ops) == 3 * 5 + 1
+    g.run({d: torch.ones(d.shape) for d in ds}, target_ops=ops, device=CPU)
+    assert g.variable_value(opt.state[ws[0]]["step"], CPU).item() == 1.0
+
+
+@pytest.mark.parametrize("algo", ["sgd", "adam"])
+def test_foreach_with_per_variable_steps(algo: str) -> None:
+    """State with a step counter per variable (different counts): the multi-tensor op keeps one per variable."""
+    from opgraph.ops import training
+
+    rng = np.random.default_rng(8)
+    w0 = [torch.from_numpy(rng.normal(size=s)) for s in [(3,), (2, 2), ()]]
+    grads = [torch.from_numpy(rng.normal(size=w.shape)) for w in w0]
+    hyper = (dict(learning_rate=0.1, momentum=0.9, dampening=0.2) if algo == "sgd"
+             else dict(learning_rate=0.1, beta1=0.8, weight_decay=0.1))
+    single, multi = ((training.sgd_update, training.sgd_multi_update) if algo == "sgd"
+                     else (training.adam_update, training.adam_multi_update))
+    got = []
+    for fn in (single, multi):
+        g = og.Graph()
+        ws = [g.variable(w) for w in w0]
+        states = [{"step": g.variable(torch.tensor(float(3 * i), dtype=F64))} for i in range(3)]
+        if fn is multi:
+            ups = fn(g, ws, [g.constant(d) for d in grads], states=states, **hyper)
+        else:
+            ups = [fn(g, w, g.constant(d), state=s, **hyper) for w, s, d in zip(ws, states, grads, strict=True)]
+        ops = [op for u in ups for op in u.ops]
+        assert sum(op.op.name.endswith("_multi_tensor") for op in g.ops) == (fn is multi)
+        for _ in range(3):
+            g.run(target_ops=ops, device=CPU)
+        got.append([g.variable_value(w, CPU) for w in ws] + [g.variable_value(s["step"], CPU) for s in states])
+    for a, b in zip(*got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -1,10 +1,11 @@
 """Optimizer updates (MPSGraph's ``stochasticGradientDescent``, ``applyStochasticGradientDescent``, ``adam``),
 composed from graph ops and ``assign``.
 
-There is no optimizer op: each ``apply_*`` builder reads the variable and its optimizer state
-(momentum buffers, moments, a step counter: graph variables the builder creates), computes the
-update with ordinary graph ops, and writes the results back with ``assign`` ops, which it returns
-for ``target_ops``. So an update compiles (and fuses) with the rest of the step. The formulas are
+Each ``apply_*`` builder reads the variable and its optimizer state (momentum buffers, moments, a
+step counter: graph variables the builder creates), computes the update with ordinary graph ops, and
+writes the results back with ``assign`` ops, which it returns for ``target_ops``. ``og.optim``'s SGD,
+Adam and AdamW instead update all their variables with one multi-tensor op (``sgd_multi_tensor``,
+``adam_multi_tensor``: a few ``torch._foreach_*`` kernels instead of several ops per variable). The formulas are
 ``torch.optim``'s single-tensor updates, operation for operation, so trajectories match PyTorch's.
 
 Hyper-parameters may be Python numbers (folded at build time, as PyTorch does in Python) or scalar
@@ -14,15 +15,18 @@ float32; the state keeps the variable's dtype, as in PyTorch.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
 from ..core.dtype import FLOAT_DTYPES, DType, float32
 from ..core.errors import AttributeValueError, DTypeError, ShapeError
+from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
+from .registry import FusionKind, LowerContext, OpDef, attrs
 from .state import expect_variable
 
 Scalar = float | Tensor  # a hyper-parameter: folded when a number, a graph op when a tensor
@@ -96,7 +100,7 @@ class _Step:
         if grad.rank != variable.rank or any(a is not None and b is not None and a != b
                                              for a, b in zip(grad.shape, variable.shape, strict=True)):
             raise ShapeError(f"{what}: the gradient {grad.type} does not match the variable {variable.type}")
-        self.grad = self.cast(grad)
+        self.grad_in = grad  # cast on first use: the multi-tensor ops cast inside their kernels
         self.prefix = name or variable.name
         self.keys = keys
         self.state: dict[str, Tensor] = {}
@@ -112,6 +116,10 @@ class _Step:
 
     def cast(self, t: Tensor) -> Tensor:
         return t if t.dtype is self.ct else self.g.cast(t, self.ct)
+
+    @functools.cached_property
+    def grad(self) -> Tensor:
+        return self.cast(self.grad_in)
 
     def hyper(self, value: Scalar) -> Scalar:
         """A hyper-parameter in the compute dtype (numbers stay numbers)."""
@@ -329,6 +337,321 @@ def adadelta_update(graph: Any, variable: Tensor, gradient: Any, learning_rate: 
 _ALGO: dict[Any, str] = {sgd_update: "sgd", adam_update: "adam", rmsprop_update: "rmsprop",
                          adagrad_update: "adagrad", adadelta_update: "adadelta"}
 
+# ---- multi-tensor updates: one op per optimizer step over all its variables ------------------------
+# Inputs: the lists (params, grads, state...; ``count`` each), the step counters (0, 1 shared by the
+# group, or ``count``), then the hyper-parameters that are tensors (attribute None) in declaration order.
+# Outputs: new params, new state lists, new steps. Lowered with ``torch._foreach_*`` (out of place on
+# the inputs, in place only on fresh temporaries), in the compute dtype (float32 for 16-bit variables).
+_SGD_HYPER = ("learning_rate", "momentum", "dampening", "weight_decay")
+_ADAM_HYPER = ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay")
+
+
+@attrs
+class SgdMultiAttrs:
+    count: int
+    learning_rate: float | None  # None: a scalar tensor input
+    momentum: float | None = 0.0
+    dampening: float | None = 0.0
+    weight_decay: float | None = 0.0
+    nesterov: bool = False
+    maximize: bool = False
+    steps: int = 0
+
+
+@attrs
+class AdamMultiAttrs:
+    count: int
+    learning_rate: float | None
+    beta1: float | None = 0.9
+    beta2: float | None = 0.999
+    epsilon: float | None = 1e-8
+    weight_decay: float | None = 0.0
+    amsgrad: bool = False
+    decoupled_weight_decay: bool = False
+    maximize: bool = False
+    steps: int = 1
+
+
+def _sgd_lists(a: SgdMultiAttrs) -> int:
+    return 2 if a.momentum == 0.0 else 3  # params, grads (, momentum buffers)
+
+
+def _adam_lists(a: AdamMultiAttrs) -> int:
+    return 5 if a.amsgrad else 4  # params, grads, exp_avg, exp_avg_sq (, max_exp_avg_sq)
+
+
+def _multi_rule(a: Any, ins: tuple[TensorType, ...], lists: int, hyper: tuple[str, ...]) -> tuple[TensorType, ...]:
+    n, k = a.count, a.steps
+    tensors = [h for h in hyper if getattr(a, h) is None]
+    if n < 1 or k not in (0, 1, n):
+        raise AttributeValueError(f"needs count >= 1 and steps 0, 1 or count, got count {n}, steps {k}")
+    for h in hyper:
+        v = getattr(a, h)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v)):
+            raise AttributeValueError(f"{h} must be a number or None (a tensor input), got {v!r}")
+    want = lists * n + k + len(tensors)
+    if len(ins) != want:
+        raise ShapeError(f"expects {want} inputs ({lists} lists of {n}, {k} steps, {len(tensors)} "
+                         f"hyper-parameters), got {len(ins)}")
+    params = ins[:n]
+    for j in range(lists):
+        for i in range(n):
+            t, p = ins[j * n + i], params[i]
+            if t.dtype not in FLOAT_DTYPES:
+                raise DTypeError(f"input {j * n + i} must be real floating, got {t}")
+            if t.rank != p.rank or any(x is not None and y is not None and x != y
+                                       for x, y in zip(t.shape, p.shape, strict=True)):
+                raise ShapeError(f"input {j * n + i} {t} does not match parameter {i} {p}")
+    for i, t in enumerate(ins[lists * n:], lists * n):
+        if t.rank != 0 or t.dtype not in FLOAT_DTYPES:
+            raise DTypeError(f"input {i} (a step or a hyper-parameter) must be a scalar floating tensor, got {t}")
+    return (*params, *ins[2 * n:lists * n], *ins[lists * n:lists * n + k])
+
+
+def _compute_dtype(t: TensorType) -> torch.dtype:
+    return torch.float32 if t.dtype.bits < 32 else t.dtype.torch_dtype
+
+
+class _Lists:
+    """The inputs of a multi-tensor op, split; ``group`` yields them per compute dtype, cast where needed
+    (decided at compile time: a no-op ``.to`` per tensor still costs a call)."""
+
+    def __init__(self, ctx: LowerContext, lists: int, hyper: tuple[str, ...]) -> None:
+        a, n = ctx.attrs, ctx.attrs.count
+        self.n, self.lists, self.k = n, lists, a.steps
+        self.numbers = {h: getattr(a, h) for h in hyper}
+        self.tensors = [h for h in hyper if self.numbers[h] is None]
+        by: dict[torch.dtype, list[int]] = {}
+        for i, t in enumerate(ctx.in_types[:n]):
+            by.setdefault(_compute_dtype(t), []).append(i)
+        self.groups = [(ct, idx, [any(ctx.in_types[j * n + i].dtype.torch_dtype != ct for i in idx)
+                                  for j in range(lists)]) for ct, idx in by.items()]
+        self.out_dtypes = [t.dtype.torch_dtype for t in ctx.out_types]
+        cast = [i for i, t in enumerate(ctx.out_types) if t.dtype.torch_dtype not in by or len(by) > 1]
+        self.out_cast = cast  # outputs whose dtype may differ from their compute dtype
+        self.cpu = ctx.device.type == "cpu"
+
+    def split(self, xs: tuple[torch.Tensor, ...]) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        base = self.lists * self.n + self.k
+        hyper = dict(self.numbers)
+        hyper.update(zip(self.tensors, xs[base:], strict=True))
+        steps = list(xs[self.lists * self.n:base])
+        return [s + 1.0 for s in steps], hyper  # the incremented counters: fresh tensors
+
+    def group(self, xs: tuple[torch.Tensor, ...], hyper: dict[str, Any]) -> Any:
+        n = self.n
+        for ct, idx, casts in self.groups:
+            whole = len(idx) == n
+            lists = [[xs[j * n + i].to(ct) for i in idx] if cast else list(xs[j * n:(j + 1) * n]) if whole
+                     else [xs[j * n + i] for i in idx] for j, cast in enumerate(casts)]
+            yield idx, lists, {h: v.to(ct) if isinstance(v, torch.Tensor) else v for h, v in hyper.items()}
+
+    def scalar(self, v: Any, ct: torch.dtype) -> Any:
+        """A multiplier: on the CPU a 0-d tensor, since a Python scalar is wrapped again for every tensor."""
+        return torch.tensor(v, dtype=ct) if self.cpu and not isinstance(v, torch.Tensor) else v
+
+    def finish(self, outs: list[Any]) -> Any:
+        for i in self.out_cast:
+            outs[i] = outs[i].to(self.out_dtypes[i])
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _nonzero(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) or v != 0.0
+
+
+def _add_scaled(xs: list[torch.Tensor], ys: list[torch.Tensor], alpha: Any) -> list[torch.Tensor]:
+    """``xs + alpha * ys`` (fresh tensors); ``alpha`` a number or a 0-d tensor."""
+    if isinstance(alpha, torch.Tensor):
+        return list(torch._foreach_add(xs, torch._foreach_mul(ys, alpha)))
+    return list(torch._foreach_add(xs, ys, alpha=alpha))
+
+
+def _sgd_multi_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: SgdMultiAttrs = ctx.attrs
+    lay = _Lists(ctx, _sgd_lists(a), _SGD_HYPER)
+    n, has_buf = a.count, lay.lists == 3
+
+    def run(*xs: torch.Tensor) -> Any:
+        new_steps, h = lay.split(xs)
+        new_p: list[Any] = [None] * n
+        new_b: list[Any] = [None] * n
+        for idx, (ps, gs, *rest), c in lay.group(xs, h):
+            lr, mom, damp, wd = (c[k] for k in _SGD_HYPER)
+            if a.maximize:
+                gs = list(torch._foreach_neg(gs))
+            if _nonzero(wd):
+                gs = _add_scaled(gs, ps, wd)
+            d = gs
+            if has_buf:
+                if not _nonzero(damp):  # buf * momentum + grad, as grad + momentum * buf: one kernel
+                    nb = _add_scaled(gs, rest[0], mom)
+                else:
+                    nb = list(torch._foreach_mul(rest[0], lay.scalar(mom, gs[0].dtype)))
+                    if isinstance(damp, torch.Tensor):
+                        torch._foreach_add_(nb, torch._foreach_mul(gs, 1.0 - damp))
+                    else:
+                        torch._foreach_add_(nb, gs, alpha=1.0 - damp)
+                if new_steps:  # PyTorch's first step takes the gradient itself
+                    st = [new_steps[0 if len(new_steps) == 1 else i] for i in idx]
+                    nb = [torch.where(s == 1.0, gr, b) for s, gr, b in zip(st, gs, nb, strict=True)]
+                d = _add_scaled(gs, nb, mom) if a.nesterov else nb
+                for i, b in zip(idx, nb, strict=True):
+                    new_b[i] = b
+            for i, p in zip(idx, _add_scaled(ps, d, lr.neg() if isinstance(lr, torch.Tensor) else -lr), strict=True):
+                new_p[i] = p
+        return lay.finish([*new_p, *(new_b if has_buf else []), *new_steps])
+
+    return run
+
+
+def _bias_correction(beta: Any, step: torch.Tensor) -> Any:
+    """``1 - beta ** step`` as ``-expm1(step log beta)``: no cancellation for ``beta`` near 1."""
+    if not isinstance(beta, torch.Tensor):
+        return 1.0 if beta == 0.0 else -torch.expm1(step * math.log(beta))
+    return -torch.expm1(step * torch.log(beta))
+
+
+def _adam_multi_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: AdamMultiAttrs = ctx.attrs
+    lay = _Lists(ctx, _adam_lists(a), _ADAM_HYPER)
+    n = a.count
+
+    def run(*xs: torch.Tensor) -> Any:
+        new_steps, h = lay.split(xs)
+        outs: list[list[Any]] = [[None] * n for _ in range(lay.lists - 1)]
+        for idx, (ps, gs, ms, vs, *mx), c in lay.group(xs, h):
+            lr, b1, b2, eps, wd = (c[k] for k in _ADAM_HYPER)
+            ct = ps[0].dtype
+            if a.maximize:
+                gs = list(torch._foreach_neg(gs))
+            if _nonzero(wd):
+                if a.decoupled_weight_decay:
+                    ps = list(torch._foreach_mul(ps, lay.scalar(1.0 - lr * wd, ct)))
+                else:
+                    gs = _add_scaled(gs, ps, wd)
+            if isinstance(b1, torch.Tensor):
+                m = [torch.lerp(x, y, 1.0 - b1) for x, y in zip(ms, gs, strict=True)]
+            else:
+                m = list(torch._foreach_lerp(ms, gs, 1.0 - b1))
+            v = list(torch._foreach_mul(vs, lay.scalar(b2, ct)))
+            if isinstance(b2, torch.Tensor):
+                torch._foreach_addcmul_(v, torch._foreach_mul(gs, 1.0 - b2), gs)
+            else:
+                torch._foreach_addcmul_(v, gs, gs, 1.0 - b2)
+            top = list(torch._foreach_maximum(mx[0], v)) if a.amsgrad else v
+            st = [s.to(ct) for s in (new_steps if len(new_steps) == 1 else [new_steps[i] for i in idx])]
+            sizes = [lr / _bias_correction(b1, s) for s in st]
+            roots = [torch.sqrt(torch.as_tensor(_bias_correction(b2, s), dtype=ct)) for s in st]
+            denom = list(torch._foreach_sqrt(top))
+            if len(st) == 1:  # one step for the group: 0-d tensor scalars, the fast multi-tensor path
+                torch._foreach_div_(denom, roots[0])
+            else:
+                torch._foreach_div_(denom, roots)
+            torch._foreach_add_(denom, eps)
+            upd = list(torch._foreach_div(m, denom))
+            if len(st) == 1:
+                torch._foreach_mul_(upd, lay.scalar(sizes[0], ct))
+            else:
+                torch._foreach_mul_(upd, [torch.as_tensor(z, dtype=ct) for z in sizes])
+            for j, vals in enumerate([torch._foreach_sub(ps, upd), m, v, *([top] if a.amsgrad else [])]):
+                for i, x in zip(idx, vals, strict=True):
+                    outs[j][i] = x
+        return lay.finish([*(x for o in outs for x in o), *new_steps])
+
+    return run
+
+
+SGD_MULTI_TENSOR = OpDef("sgd_multi_tensor", infer=lambda a, ins: _multi_rule(a, ins, _sgd_lists(a), _SGD_HYPER),
+                         lower=_sgd_multi_lower, attrs=SgdMultiAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                         doc="torch.optim.SGD's step over lists of tensors (multi-tensor kernels)")
+ADAM_MULTI_TENSOR = OpDef("adam_multi_tensor",
+                          infer=lambda a, ins: _multi_rule(a, ins, _adam_lists(a), _ADAM_HYPER),
+                          lower=_adam_multi_lower, attrs=AdamMultiAttrs, fusion=FusionKind.OPAQUE,
+                          differentiable=False, doc="torch.optim.Adam's (AdamW's) step over lists of tensors")
+
+
+def _multi_op(graph: Any, op: OpDef, cls: type, what: str, algo: str, h: dict[str, Any], lists: Sequence[Sequence[Any]],
+              steps: Sequence[Tensor], flags: dict[str, bool], name: str | None) -> tuple[Tensor, ...]:
+    """Apply a multi-tensor op: ``h`` the hyper-parameters (numbers become attributes, tensors inputs)."""
+    hyper = _SGD_HYPER if op is SGD_MULTI_TENSOR else _ADAM_HYPER
+    h = {k: v for k, v in _checked(algo, what, h).items() if k in hyper}
+    n = len(lists[0])
+    if n == 0 or any(len(x) != n for x in lists):
+        raise ShapeError(f"{what}: expects non-empty lists of one length, got lengths {[len(x) for x in lists]}")
+    params = [graph._as_tensor(p) for p in lists[0]]
+    ins = [*params, *(graph._as_tensor(x, like=p.dtype) for xs in lists[1:] for x, p in zip(xs, params, strict=True))]
+    numbers = {k: None if isinstance(h[k], Tensor) else h[k] for k in hyper}
+    ins += [*steps, *(h[k] for k in hyper if isinstance(h[k], Tensor))]
+    return graph._apply_multi(op, ins, cls(count=n, steps=len(steps), **numbers, **flags), name)
+
+
+def _multi_updates(ss: list[_Step], keys: Sequence[str], counted: bool,
+                   build: Callable[[list[list[Tensor]], list[Tensor]], tuple[Tensor, ...]]) -> list[Update]:
+    """Read the variables and their state, apply one multi-tensor op per compute dtype (usually one for
+    all), assign the results back; ``counted``: the group shares one step counter unless given others."""
+    g = ss[0].g
+    by_ct: dict[DType, list[int]] = {}
+    for i, s in enumerate(ss):
+        by_ct.setdefault(s.ct, []).append(i)
+    ops: list[list[Operation]] = [[] for _ in ss]
+    for idx in by_ct.values():
+        grp = [ss[i] for i in idx]
+        step_vars: list[Tensor] = []
+        if counted:
+            if all("step" not in s.state for s in grp):
+                shared = grp[0].buffer("step")
+                for s in grp:
+                    s.state["step"] = shared
+            step_vars = [s.buffer("step") for s in grp]
+            if all(v is step_vars[0] for v in step_vars):
+                step_vars = step_vars[:1]
+        lists = [[g.read(s.var) for s in grp], [s.grad_in for s in grp],
+                 *([g.read(s.buffer(k)) for s in grp] for k in keys)]
+        outs = build(lists, [g.read(v) for v in step_vars])
+        m = len(grp)
+        for j, v in enumerate(step_vars):
+            ops[idx[j]].append(g.assign(v, outs[(1 + len(keys)) * m + j]))
+        for i, s in enumerate(grp):
+            for j, k in enumerate(keys):
+                ops[idx[i]].append(g.assign(s.state[k], outs[(1 + j) * m + i]))
+            ops[idx[i]].append(g.assign(s.var, outs[i]))
+    return [Update(o, dict(s.state)) for o, s in zip(ops, ss, strict=True)]
+
+
+def sgd_multi_update(graph: Any, variables: Sequence[Tensor], gradients: Sequence[Any], learning_rate: Scalar,
+                     momentum: Scalar = 0.0, nesterov: bool = False, weight_decay: Scalar = 0.0,
+                     dampening: Scalar = 0.0, maximize: bool = False,
+                     states: Sequence[Mapping[str, Tensor] | None] | None = None,
+                     name: str | None = None) -> list[Update]:
+    """``sgd_update`` for many variables at once: one ``sgd_multi_tensor`` op (per compute dtype)."""
+    h = _checked("sgd", "SGD", dict(learning_rate=learning_rate, momentum=momentum, weight_decay=weight_decay,
+                                    dampening=dampening, nesterov=nesterov))
+    ss = [_Step(graph, v, d, "SGD", ("momentum_buffer", "step"), st, None)
+          for v, d, st in zip(variables, gradients, states or [None] * len(variables), strict=True)]
+    has_buf = not _is_zero(h["momentum"])
+    counted = has_buf and not _is_zero(h["dampening"])
+    return _multi_updates(ss, ("momentum_buffer",) if has_buf else (), counted, lambda lists, steps: _multi_op(
+        graph, SGD_MULTI_TENSOR, SgdMultiAttrs, "SGD", "sgd", h, lists, steps,
+        dict(nesterov=nesterov, maximize=maximize), name))
+
+
+def adam_multi_update(graph: Any, variables: Sequence[Tensor], gradients: Sequence[Any], learning_rate: Scalar = 1e-3,
+                      beta1: Scalar = 0.9, beta2: Scalar = 0.999, epsilon: Scalar = 1e-8, weight_decay: Scalar = 0.0,
+                      amsgrad: bool = False, decoupled_weight_decay: bool = False, maximize: bool = False,
+                      states: Sequence[Mapping[str, Tensor] | None] | None = None,
+                      name: str | None = None) -> list[Update]:
+    """``adam_update`` for many variables at once: one ``adam_multi_tensor`` op (per compute dtype)."""
+    what = "AdamW" if decoupled_weight_decay else "Adam"
+    h = dict(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
+    keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg", "exp_avg_sq")
+    ss = [_Step(graph, v, d, what, ("step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), st, None)
+          for v, d, st in zip(variables, gradients, states or [None] * len(variables), strict=True)]
+    return _multi_updates(ss, keys, True, lambda lists, steps: _multi_op(
+        graph, ADAM_MULTI_TENSOR, AdamMultiAttrs, what, "adam", h, lists, steps,
+        dict(amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay, maximize=maximize), name))
+
+
 
 # ---- builder methods ----------------------------------------------------------------------------
 class TrainingBuilders(GraphCore):
@@ -366,6 +689,44 @@ class TrainingBuilders(GraphCore):
         vmax = v if maximum_velocity is None else g.maximum_with_nan_propagation(maximum_velocity, v)
         new = g.subtract(x, g.divide(g.multiply(m, lr_t), g.add(g.sqrt(vmax), epsilon)), name=name)
         return [new, m, v] if maximum_velocity is None else [new, m, v, vmax]
+
+    def sgd_multi_tensor(self, params: Sequence[Tensor], gradients: Sequence[Any],
+                         momentum_buffers: Sequence[Tensor] = (), learning_rate: Scalar = 1e-3,
+                         momentum: Scalar = 0.0, dampening: Scalar = 0.0, weight_decay: Scalar = 0.0,
+                         nesterov: bool = False, maximize: bool = False, steps: Sequence[Tensor] = (), *,
+                         name: str | None = None) -> list[Tensor]:
+        """``torch.optim.SGD``'s step on lists of tensors in one op, without assigning: returns the new
+        params, then the new momentum buffers (given with momentum), then the incremented ``steps`` (one,
+        or one per param; needed with dampening, for the first step).
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); p = g.constant([1.0, 2.0]); d = g.constant([1.0, -1.0])
+        >>> g.run(targets=g.sgd_multi_tensor([p], [d], learning_rate=0.5))[0].tolist()
+        [0.5, 2.5]
+        """
+        if _is_zero(momentum) == bool(momentum_buffers):
+            raise AttributeValueError("sgd_multi_tensor: give momentum_buffers exactly when momentum is not 0")
+        if not _is_zero(momentum) and not _is_zero(dampening) and not steps:
+            raise AttributeValueError("sgd_multi_tensor: dampening needs steps (to find the first step)")
+        lists = [params, gradients, *([momentum_buffers] if momentum_buffers else [])]
+        return list(_multi_op(self, SGD_MULTI_TENSOR, SgdMultiAttrs, "sgd_multi_tensor", "sgd", dict(
+            learning_rate=learning_rate, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+            nesterov=nesterov), lists, steps, dict(nesterov=nesterov, maximize=maximize), name))
+
+    def adam_multi_tensor(self, params: Sequence[Tensor], gradients: Sequence[Any], exp_avgs: Sequence[Tensor],
+                          exp_avg_sqs: Sequence[Tensor], steps: Sequence[Tensor], learning_rate: Scalar = 1e-3,
+                          beta1: Scalar = 0.9, beta2: Scalar = 0.999, epsilon: Scalar = 1e-8,
+                          weight_decay: Scalar = 0.0, max_exp_avg_sqs: Sequence[Tensor] = (),
+                          decoupled_weight_decay: bool = False, maximize: bool = False, *,
+                          name: str | None = None) -> list[Tensor]:
+        """``torch.optim.Adam``'s (``AdamW``'s with ``decoupled_weight_decay``) step on lists of tensors in
+        one op, without assigning; AMSGrad when ``max_exp_avg_sqs`` are given. Returns the new params,
+        moments (and maxima), then the incremented ``steps`` (one, or one per param)."""
+        lists = [params, gradients, exp_avgs, exp_avg_sqs, *([max_exp_avg_sqs] if max_exp_avg_sqs else [])]
+        return list(_multi_op(self, ADAM_MULTI_TENSOR, AdamMultiAttrs, "adam_multi_tensor", "adam", dict(
+            learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay),
+            lists, steps, dict(amsgrad=bool(max_exp_avg_sqs), decoupled_weight_decay=decoupled_weight_decay,
+                               maximize=maximize), name))
 
     def apply_sgd(self, variable: Tensor, gradient: Any, learning_rate: Scalar, momentum: Scalar = 0.0,
                   nesterov: bool = False, weight_decay: Scalar = 0.0, momentum_variable: Tensor | None = None, *,
@@ -430,6 +791,6 @@ class TrainingBuilders(GraphCore):
 
 
 __all__ = [
-    "TrainingBuilders", "Update", "adadelta_update", "adagrad_update", "adam_update", "check_hyper_parameters",
-    "rmsprop_update", "sgd_update",
+    "ADAM_MULTI_TENSOR", "SGD_MULTI_TENSOR", "TrainingBuilders", "Update", "adadelta_update", "adagrad_update",
+    "adam_multi_update", "adam_update", "check_hyper_parameters", "rmsprop_update", "sgd_multi_update", "sgd_update",
 ]
