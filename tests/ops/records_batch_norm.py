@@ -110,10 +110,13 @@ def torch_bn_training(x: np.ndarray, *p: np.ndarray, affine: Sequence[str] = (),
     xt = _f64(x).movedim(axis, 1)
     ps = {k: _f64(v) for k, v in zip(affine, p, strict=True)}
     var, mean = torch.var_mean(xt, [d for d in range(xt.dim()) if d != 1], correction=0)
-    if epsilon > 0:
-        y = F.batch_norm(xt, None, None, ps.get("gamma"), ps.get("beta"), True, 0.0, epsilon)
-    else:  # F.batch_norm refuses epsilon 0 in training
-        y = F.batch_norm(xt, mean, var, ps.get("gamma"), ps.get("beta"), False, 0.0, 0.0)
+    # written out (F.batch_norm refuses epsilon 0 on some torch versions)
+    shape = [1, -1] + [1] * (xt.dim() - 2)
+    y = (xt - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + epsilon)
+    if "gamma" in ps:
+        y = y * ps["gamma"].reshape(shape)
+    if "beta" in ps:
+        y = y + ps["beta"].reshape(shape)
     return [y.movedim(1, axis).numpy(), mean.numpy(), var.numpy()]
 
 
@@ -223,5 +226,8 @@ RECORDS = [
     # the gradient checks differentiate the gradient op (its second-order rule) in all five inputs
     OpInfo("batch_norm_training_gradient", (BATCH_NORM_TRAINING_GRADIENT,), _build_gradient, _gradient_samples,
            torch_bn_training_gradient, errors=GRADIENT_ERRORS,
-           tol={torch.float16: (5e-3, 5e-3), torch.bfloat16: (3e-2, 3e-2)}),
+           tol={torch.float16: (5e-3, 5e-3), torch.bfloat16: (3e-2, 3e-2)},
+           # CUDA's half-precision backward kernel accumulates differently from the CPU one
+           # (its float32 dgamma/dbeta of 16-bit inputs included)
+           gpu_tol={torch.float16: (2e-2, 2e-2), torch.bfloat16: (6e-2, 6e-2), torch.float32: (5e-3, 1e-2)}),
 ]
