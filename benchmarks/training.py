@@ -169,6 +169,7 @@ def opgraph_step(cfg: Config, reference: TorchResNet, device: og.Device) -> tupl
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return exe.run([xb, yb])[0]
 
+    step.executable = exe  # type: ignore[attr-defined]  # for the CUDA-graph status in the table
     return step, len(exe.program.graph.ops)
 
 
@@ -237,7 +238,9 @@ def bench_device(cfg: Config, dev: og.Device, iters: int, warmup: int, compile_n
     else:
         notes["torch.compile"] = compile_note
     if ops:
-        notes["opgraph"] = f"{ops[0]} ops in one executable"
+        exe = getattr(steps.get("opgraph"), "executable", None)
+        graphs = f", CUDA graph {exe.cuda_graph_status}" if exe is not None and dev.is_cuda else ""
+        notes["opgraph"] = f"{ops[0]} ops in one executable{graphs}"
 
     for _ in range(max(warmup - 1, 0)):  # the first step above was already one warm-up
         for fn in steps.values():

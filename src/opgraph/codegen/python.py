@@ -48,6 +48,18 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
         for t in op.inputs:
             last_use[id(t)] = i
     keep = {id(t) for t in program.outputs}
+    # assigns write variables in place (stable addresses, so CUDA graphs can replay them); a value read
+    # from a variable before an assign to it and used after that assign must therefore be a copy
+    assign_at: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.op is ASSIGN:
+            assign_at.setdefault(op.inputs[0].op.name, []).append(i)
+    end = len(ops)
+
+    def snapshot_outlives_assign(var_name: str, at: int, t: Tensor) -> bool:
+        until = end if id(t) in keep else last_use.get(id(t), at)
+        return any(at < j < until for j in assign_at.get(var_name, ()))
+
     free: list[str] = []
     slots = itertools.count()
 
@@ -76,12 +88,10 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
                 free.append(names[id(t)])
         if op.op in (VARIABLE, READ):
             var_op = op if op.op is VARIABLE else op.inputs[0].op
-            line = f"{out_name(op.outputs[0])} = S[{var_op.name!r}]"
+            copy = ".clone()" if snapshot_outlives_assign(var_op.name, i, op.outputs[0]) else ""
+            line = f"{out_name(op.outputs[0])} = S[{var_op.name!r}]{copy}"
         elif op.op is ASSIGN:
-            # state must not alias a caller's tensor (a feed) or a constant: keep a copy of those
-            value = op.inputs[1]
-            owned = value.op.op not in (PLACEHOLDER, CONSTANT)
-            line = f"S[{op.inputs[0].op.name!r}] = {args[1]}" + ("" if owned else ".clone()")
+            line = f"S[{op.inputs[0].op.name!r}].copy_({args[1]})"
         else:
             if op.op.lower is None:
                 raise GraphError(f"op {op.op.name} has no lowering")

@@ -33,12 +33,17 @@ class CompilationDescriptor:
     ``check_indices``: gather/scatter ops raise ``og.ExecutionError`` on an out-of-range index. On a
     GPU the check costs one host synchronisation per such op; ``False`` skips it (an out-of-range
     index is then undefined behaviour, as in MPSGraph).
+    ``cuda_graphs``: on CUDA, an executable whose input types are all static captures its whole run into
+    a CUDA graph on the first run and replays it afterwards (variables are updated in place, so replays
+    see each other's assigns). An executable that cannot be captured (an op that synchronises with the
+    host, such as checked gather indices) runs op by op; ``exe.cuda_graph_status`` says which and why.
     """
 
     optimization_level: int = 1
     verify_each_pass: bool = False
     constant_fold_limit: int = 1 << 16
     check_indices: bool = True
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError

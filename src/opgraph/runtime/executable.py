@@ -51,6 +51,11 @@ class Executable:
                 self._state[op.name] = op.payload.to(device.torch).clone()  # type: ignore[union-attr]
         self._generated = generate(self.program, device.torch, self._state, descriptor)
         self._fn = self._generated.fn
+        self._cuda_graph: CapturedRun | None = None
+        self.cuda_graph_status = "off"
+        if device.is_cuda and descriptor.cuda_graphs:
+            static = all(t.is_static for t in self.input_types) and all(t.is_static for t in self.output_types_)
+            self.cuda_graph_status = "pending (captured on the first run)" if static else "off: dynamic shapes"
         self._checks = [(ty.dtype.torch_dtype, ty.shape) for ty in self.input_types]
         self._torch_device = device.torch
         # fast path: exact static sizes, compared as torch.Size (None: a dynamic dim, take the slow path)
@@ -89,6 +94,10 @@ class Executable:
         """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
         args = self._prepare(inputs)
         try:
+            if self.cuda_graph_status.startswith("pending"):
+                self._try_capture(args)
+            if self._cuda_graph is not None:
+                return self._cuda_graph.replay(args)
             return self._fn(*args)
         except OpgraphError:
             raise
@@ -96,6 +105,15 @@ class Executable:
             raise self._execution_error(e) from e
 
     __call__ = run
+
+    def _try_capture(self, args: Sequence[torch.Tensor]) -> None:
+        variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
+        try:
+            self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device)
+            self.cuda_graph_status = "on"
+        except Exception as e:  # e.g. an op that synchronises with the host: run op by op instead
+            torch.cuda.synchronize(self._torch_device)
+            self.cuda_graph_status = f"off: capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
 
     def _execution_error(self, e: BaseException) -> ExecutionError:
         op = None
@@ -174,3 +192,28 @@ def _describe(value: torch.Tensor) -> str:
     except OpgraphError:
         return f"{value.dtype}{tuple(value.shape)}"
 
+
+class CapturedRun:
+    """A generated function captured into a CUDA graph: inputs are copied into static buffers, the graph
+    is replayed, and the outputs are returned as copies (the next replay overwrites the static ones)."""
+
+    def __init__(self, fn: Any, args: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
+                 variables: Sequence[str], device: torch.device) -> None:
+        self.inputs = [a.clone() for a in args]
+        # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
+        # must not apply the run's assigns
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            scratch = {name: state[name].clone() for name in variables}
+            fn(*self.inputs, S=scratch)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)  # recorded, not run: the first replay runs it
+
+    def replay(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        for buffer, value in zip(self.inputs, args, strict=True):
+            buffer.copy_(value, non_blocking=True)
+        self.graph.replay()
+        return [t.clone() for t in self.outputs]

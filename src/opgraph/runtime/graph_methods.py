@@ -109,7 +109,12 @@ class RuntimeMethods(GraphCore):
         if TensorType.of(t) != variable.type:
             raise FeedError(f"set_variable_value: %{variable.name} is {variable.type}, got {TensorType.of(t)}")
         dev: Device = get_device(device)
-        self._state.setdefault(str(dev), {})[variable.op.name] = t.to(dev.torch).clone()
+        state = self._state.setdefault(str(dev), {})
+        current = state.get(variable.op.name)
+        if current is not None:  # in place: executables (and captured CUDA graphs) hold this tensor
+            current.copy_(t.to(dev.torch))
+        else:
+            state[variable.op.name] = t.to(dev.torch).clone()
 
     # ---- files -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
