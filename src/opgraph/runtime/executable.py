@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..core.errors import ExecutionError, FeedError, OpgraphError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.printer import excerpt, format_ops
-from ..ir.sources import VARIABLE
+from ..ir.sources import ASSIGN, CONSTANT, PLACEHOLDER, READ, VARIABLE
 from ..passes import PassRecord, Program
 from .compile import CompilationDescriptor, optimize, select_and_specialize
 from .device import Device
@@ -157,6 +158,20 @@ class Executable:
         """The generated Python function."""
         return self._generated.source
 
+    def kernels(self) -> list[KernelInfo]:
+        """The kernels a run launches, in order: each with ``.ops`` (graph op names inside it) and
+        ``.source`` (generated source; ``None`` for a vendor/PyTorch kernel). Sources and state
+        accesses launch nothing and are not listed.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((2,), og.float32, name="x")
+        >>> exe = g.compile({x: x.type}, [g.exp(x, name="e")], device="cpu")
+        >>> [(k.op, k.ops, k.source) for k in exe.kernels()]
+        [('exp', ['e'], None)]
+        """
+        quiet = {PLACEHOLDER, CONSTANT, VARIABLE, READ, ASSIGN}
+        return [KernelInfo(o.op.name, [o.name], None) for o in self.program.graph.ops if o.op not in quiet]
+
     def summary(self) -> str:
         ops = self.program.graph.ops
         counts: dict[str, int] = {}
@@ -191,6 +206,15 @@ def _describe(value: torch.Tensor) -> str:
         return str(TensorType(tuple(value.shape), from_torch(value.dtype)))
     except OpgraphError:
         return f"{value.dtype}{tuple(value.shape)}"
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One kernel of an executable: the op it implements, the graph ops inside it, its generated source."""
+
+    op: str
+    ops: list[str]
+    source: str | None
 
 
 class CapturedRun:
