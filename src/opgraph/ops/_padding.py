@@ -53,6 +53,9 @@ class TensorLayout(enum.Enum):
         return len(self.value) - 2
 
 
+LAYOUTS_2D = (TensorLayout.NCHW, TensorLayout.NHWC)
+
+
 @serializable
 class WeightsLayout(enum.Enum):
     """Layout of convolution weights: ``O`` output channels, ``I`` input channels (per group)."""

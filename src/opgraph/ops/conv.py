@@ -24,6 +24,7 @@ from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ._padding import (
+    LAYOUTS_2D,
     PaddingStyle,
     TensorLayout,
     WeightsLayout,
@@ -42,7 +43,6 @@ from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 Dim = int | None
 Pairs = tuple[tuple[int, int], ...]
-_LAYOUTS_2D = (TensorLayout.NCHW, TensorLayout.NHWC)
 _LAYOUTS_3D = (TensorLayout.NCDHW, TensorLayout.NDHWC)
 _WEIGHTS_2D = (WeightsLayout.OIHW, WeightsLayout.HWIO)
 _WEIGHTS_3D = (WeightsLayout.OIDHW, WeightsLayout.DHWIO)
@@ -104,7 +104,7 @@ class Conv2dDescriptor(_AxisSpellings):
     groups: int = 1
 
     def __post_init__(self) -> None:
-        _check_conv_fields(self, 2, _LAYOUTS_2D, _WEIGHTS_2D,
+        _check_conv_fields(self, 2, LAYOUTS_2D, _WEIGHTS_2D,
                            ("padding_left", "padding_right", "padding_top", "padding_bottom"))
         check_int(self, "groups", 1)
 
@@ -170,7 +170,7 @@ class DepthwiseConv2dDescriptor(_AxisSpellings):
     weights_layout: WeightsLayout = WeightsLayout.OIHW
 
     def __post_init__(self) -> None:
-        _check_conv_fields(self, 2, _LAYOUTS_2D, _WEIGHTS_2D,
+        _check_conv_fields(self, 2, LAYOUTS_2D, _WEIGHTS_2D,
                            ("padding_left", "padding_right", "padding_top", "padding_bottom"))
 
     @property

@@ -11,13 +11,12 @@ from ..core.errors import AttributeValueError, ShapeError
 from ..core.shape import Shape
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
-from ._padding import TensorLayout
+from ._padding import LAYOUTS_2D, TensorLayout
 from ._rules import expect_arity
 from .registry import LowerContext, OpDef, attrs, defvjp
 from .shape import INJECTIVE, Cotangents, Grads, check_ints
 
 # ---- space_to_depth / depth_to_space ---------------------------------------------------------
-_LAYOUTS_2D = (TensorLayout.NCHW, TensorLayout.NHWC)
 
 
 @attrs
@@ -31,7 +30,7 @@ def _s2d_rule(inverse: bool) -> Callable[[SpaceToDepthAttrs, tuple[TensorType, .
     def rule(a: SpaceToDepthAttrs, ins: tuple[TensorType, ...]) -> TensorType:
         expect_arity(ins, 1)
         x = ins[0]
-        if a.data_layout not in _LAYOUTS_2D:
+        if a.data_layout not in LAYOUTS_2D:
             raise AttributeValueError(f"data_layout must be TensorLayout.NCHW or NHWC, got {a.data_layout!r}")
         check_ints((a.block_size,), "block_size", minimum=1)
         if x.rank != 4:
@@ -121,7 +120,7 @@ def as_data_layout(value: object) -> TensorLayout:
     """``og.TensorLayout.NCHW`` or ``NHWC`` from itself or its name."""
     if isinstance(value, str) and value.upper() in TensorLayout.__members__:
         value = TensorLayout[value.upper()]
-    if value in _LAYOUTS_2D:
+    if value in LAYOUTS_2D:
         return value
     raise AttributeValueError(f"unknown data layout {value!r} for a 2-D image; expects NCHW or NHWC")
 
