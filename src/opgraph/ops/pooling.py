@@ -363,7 +363,7 @@ def _static_pool2d(ctx: LowerContext, kind: _Kind, pool2d: bool, limit: list[int
         return lambda x: torch.max_pool2d(x, kernel, stride, padding, dilation)
     if dilation != (1, 1) or any(padding):
         return None
-    return lambda x: torch._C._nn.avg_pool2d(x, kernel, stride, padding)
+    return lambda x: F.avg_pool2d(x, kernel, stride, padding)
 
 
 def _pool(name: str, kind: _Kind, two_d: bool, doc: str) -> OpDef:
