@@ -30,6 +30,7 @@ class GeneratedFunction:
     source: str
     filename: str
     line_ops: dict[int, Operation]  # generated line number -> op, to name the op that failed
+    kernels: dict[int, Any]  # op id -> the resolved callable (a generated kernel carries ``.source``)
 
 
 def generate(program: Program, device: torch.device, state: dict[str, torch.Tensor],
@@ -122,7 +123,8 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
     source = f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
     filename = f"<opgraph-executable-{next(_counter)}>"
     exec(compile(source, filename, "exec"), bound)  # our own generated source, never user data
-    return GeneratedFunction(bound["run"], source, filename, line_ops)
+    kernels = {int(k[1:]): v for k, v in bound.items() if k.startswith("k")}
+    return GeneratedFunction(bound["run"], source, filename, line_ops, kernels)
 
 
 def _input_name(program: Program, op: Operation) -> str:

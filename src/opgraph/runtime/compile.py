@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,9 @@ class CompilationDescriptor:
     a CUDA graph on the first run and replays it afterwards (variables are updated in place, so replays
     see each other's assigns). An executable that cannot be captured (an op that synchronises with the
     host, such as checked gather indices) runs op by op; ``exe.cuda_graph_status`` says which and why.
+    ``fusion``: regions of elementwise ops become one generated Triton kernel each (on CUDA, or on the
+    CPU with ``triton_interpret=True``, which runs the kernels in Triton's interpreter). Off by default
+    until reductions and the GPU benchmarks land.
     """
 
     optimization_level: int = 1
@@ -44,6 +48,8 @@ class CompilationDescriptor:
     constant_fold_limit: int = 1 << 16
     check_indices: bool = True
     cuda_graphs: bool = True
+    fusion: bool = False
+    triton_interpret: bool = False
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError
@@ -111,9 +117,18 @@ def select_and_specialize(graph: GraphCore, feeds: Mapping[Tensor, TensorType], 
     return rewrite(roots, specialize)  # type: ignore[arg-type]
 
 
-def optimize(program: Program, descriptor: CompilationDescriptor) -> tuple[Program, list[PassRecord]]:
+def optimize(program: Program, descriptor: CompilationDescriptor,
+             device_kind: str = "cpu") -> tuple[Program, list[PassRecord]]:
     log: list[PassRecord] = []
     if descriptor.verify_each_pass:
         program.graph.verify()
-    program = run_pipeline(program, descriptor.passes(), descriptor.verify_each_pass, log)
+    passes = descriptor.passes()
+    if descriptor.fusion and (device_kind == "cuda" or descriptor.triton_interpret):
+        if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
+            os.environ["TRITON_INTERPRET"] = "1"
+        from ..codegen.triton.fused import can_fuse
+        from ..passes.fuse import fuse_elementwise
+
+        passes.append(Pass("fuse_elementwise", lambda p: fuse_elementwise(p, can_fuse)))
+    program = run_pipeline(program, passes, descriptor.verify_each_pass, log)
     return program, log

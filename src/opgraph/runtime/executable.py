@@ -45,7 +45,7 @@ class Executable:
         self.output_types_: list[TensorType] = [t.type for t in program.outputs]
         self.program: Program
         self.pass_log: list[PassRecord]
-        self.program, self.pass_log = optimize(program, descriptor)
+        self.program, self.pass_log = optimize(program, descriptor, device.kind)
         self._state = graph._state.setdefault(str(device), {})
         for op in self.program.graph.ops:
             if op.op is VARIABLE and op.name not in self._state:
@@ -170,7 +170,15 @@ class Executable:
         [('exp', ['e'], None)]
         """
         quiet = {PLACEHOLDER, CONSTANT, VARIABLE, READ, ASSIGN}
-        return [KernelInfo(o.op.name, [o.name], None) for o in self.program.graph.ops if o.op not in quiet]
+        out = []
+        for o in self.program.graph.ops:
+            if o.op in quiet:
+                continue
+            steps = getattr(o.attrs, "steps", None)  # a fused region lists the graph ops inside it
+            names = [s.name for s in steps] if steps is not None else [o.name]
+            source = getattr(self._generated.kernels.get(o.id), "source", None)
+            out.append(KernelInfo(o.op.name, names, source))
+        return out
 
     def summary(self) -> str:
         ops = self.program.graph.ops
