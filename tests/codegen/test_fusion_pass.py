@@ -82,8 +82,10 @@ def test_fused_kernels_on_cuda(dtype: og.DType) -> None:
     g = og.Graph()
     x = g.placeholder((256, 512), dtype, name="x")
     b = g.placeholder((512,), dtype, name="b")
+    # smooth ops only: fused 16-bit chains keep float32 between ops (more exact than rounding each op's
+    # result), so a threshold on an intermediate may fall the other way for values at the boundary
     h = g.gelu(x * 1.5 + b)
-    y = g.select(h > 0.1, h, g.sigmoid(x) * 0.25)
+    y = g.maximum(h, g.sigmoid(x) * 0.25) - g.tanh(b)
     feeds = {x: x.type, b: b.type}
     cuda = og.CompilationDescriptor(fusion=True)
     fused = g.compile(feeds, [y, h], device="cuda", descriptor=cuda)
