@@ -143,6 +143,7 @@ class Config:
     width: int
     classes: int
     seed: int
+    fusion: bool = False  # opgraph's elementwise stitching (CompilationDescriptor.fusion)
 
     @property
     def imagenet_stem(self) -> bool:
@@ -164,7 +165,8 @@ def opgraph_step(cfg: Config, reference: TorchResNet, device: og.Device) -> tupl
     loss = g.softmax_cross_entropy(model(x), y, name="loss")
     opt = og.optim.SGD(g, model.parameters, lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     updates = opt.step(loss) + model.updates
-    exe = g.compile({x: x.type, y: y.type}, [loss], updates, device=device)
+    exe = g.compile({x: x.type, y: y.type}, [loss], updates, device=device,
+                    descriptor=og.CompilationDescriptor(fusion=cfg.fusion))
 
     def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return exe.run([xb, yb])[0]
@@ -310,10 +312,11 @@ def main(argv: list[str] | None = None) -> int:
                         "the step takes about a minute)")
     p.add_argument("--quick", action="store_true", help="small sizes: a CPU run takes seconds")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--fusion", action="store_true", help="turn on opgraph's elementwise fusion (CUDA only)")
     args = p.parse_args(argv)
     quick = args.quick
     cfg = Config(batch=args.batch or (8 if quick else 64), image=args.image or (16 if quick else 32),
-                 width=args.width or (8 if quick else 64), classes=args.classes, seed=args.seed)
+                 width=args.width or (8 if quick else 64), classes=args.classes, seed=args.seed, fusion=args.fusion)
     iters = args.iters or (10 if quick else 20)
     if min(cfg.batch, cfg.image, cfg.width, cfg.classes, iters) < 1 or args.warmup < 1:
         p.error("--batch, --image, --width, --classes, --iters and --warmup must be >= 1")
