@@ -287,3 +287,14 @@ def test_scalar_attributes_must_fit_their_dtype() -> None:
         g.one_hot(i, 3, on_value=300, dtype=og.uint8)
     with pytest.raises(og.AttributeValueError, match="constant_value -1.0 does not fit dtype uint8"):
         g.pad(u, og.PaddingMode.CONSTANT, [1], [1], constant_value=-1)
+
+
+def test_memory_stats_reflect_freeing_after_last_use() -> None:
+    g = og.Graph()
+    x = g.placeholder((1024,), og.float32, name="x")
+    y = x
+    for _ in range(20):
+        y = g.exp(y)
+    s = g.compile({x: x.type}, [y], device="cpu").memory_stats()
+    assert s.unplanned_peak_bytes == 20 * 4096
+    assert s.planned_peak_bytes == 2 * 4096  # a chain needs its input and its output alive at once

@@ -180,6 +180,48 @@ class Executable:
             out.append(KernelInfo(o.op.name, names, source))
         return out
 
+    def memory_stats(self) -> MemoryStats:
+        """Bytes of the intermediate values of one run, from the compiled program's types: the peak when
+        each value is freed after its last use (what the generated function does) against the total
+        when nothing is freed. Views (reshape, transpose, ...) are counted as if they allocated, so both
+        are upper bounds; dynamic dims are counted as 1.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((256,), og.float32)
+        >>> y = g.exp(g.exp(g.exp(x)))
+        >>> s = g.compile({x: x.type}, [y], device="cpu").memory_stats()
+        >>> s.planned_peak_bytes, s.unplanned_peak_bytes
+        (2048, 3072)
+        """
+        ops = self.program.graph.ops
+        quiet = {PLACEHOLDER, CONSTANT, VARIABLE, READ, ASSIGN}
+        last_use: dict[int, int] = {}
+        for i, o in enumerate(ops):
+            for t in o.inputs:
+                last_use[id(t)] = i
+        keep = {id(t) for t in self.program.outputs}
+
+        def nbytes(t: Tensor) -> int:
+            n = 1
+            for d in t.shape:
+                n *= d or 1
+            return int(n * t.dtype.itemsize)
+
+        live = peak = total = 0
+        sizes: dict[int, int] = {}
+        for i, o in enumerate(ops):
+            if o.op in quiet:
+                continue
+            for t in o.outputs:
+                sizes[id(t)] = nbytes(t)
+                live += sizes[id(t)]
+                total += sizes[id(t)]
+            peak = max(peak, live)
+            for t in {id(u): u for u in (*o.inputs, *o.outputs)}.values():
+                if id(t) in sizes and id(t) not in keep and last_use.get(id(t), i) <= i:
+                    live -= sizes.pop(id(t))
+        return MemoryStats(planned_peak_bytes=peak, unplanned_peak_bytes=total)
+
     def summary(self) -> str:
         ops = self.program.graph.ops
         counts: dict[str, int] = {}
@@ -214,6 +256,14 @@ def _describe(value: torch.Tensor) -> str:
         return str(TensorType(tuple(value.shape), from_torch(value.dtype)))
     except OpgraphError:
         return f"{value.dtype}{tuple(value.shape)}"
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """``exe.memory_stats()``: peak bytes of intermediates with and without freeing after last use."""
+
+    planned_peak_bytes: int
+    unplanned_peak_bytes: int
 
 
 @dataclass(frozen=True)
