@@ -23,7 +23,7 @@ def test_training_benchmark_quick_on_cpu(tmp_path: Path) -> None:
     assert set(rows) == {"opgraph", "eager PyTorch", "torch.compile"}
     assert "skipped" in rows["torch.compile"]  # --quick leaves it out on the CPU
     data = json.loads(path.read_text())
-    assert data["config"] == {"batch": 8, "image": 16, "width": 8, "classes": 10, "seed": 0}
+    assert data["config"] == {"batch": 8, "image": 16, "width": 8, "classes": 10, "seed": 0, "fusion": False}
     by_name = {res["implementation"]: res for res in data["results"]}
     og_res, eager = by_name["opgraph"], by_name["eager PyTorch"]
     for res in (og_res, eager):

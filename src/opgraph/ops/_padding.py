@@ -23,6 +23,7 @@ from ..core.dtype import DType
 from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.types import TensorType
 from ..ir.attrs import serializable
+from ._rules import expect_bool
 
 
 @serializable
@@ -98,9 +99,7 @@ def check_int(desc: Any, name: str, minimum: int) -> None:
 
 
 def check_bool(desc: Any, name: str) -> None:
-    v = getattr(desc, name)
-    if not isinstance(v, bool):
-        raise AttributeValueError(f"{type(desc).__name__}.{name} must be a bool, got {v!r}")
+    expect_bool(getattr(desc, name), f"{type(desc).__name__}.{name}")
 
 
 def check_enum(desc: Any, name: str, allowed: Sequence[enum.Enum]) -> None:

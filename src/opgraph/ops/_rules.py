@@ -71,3 +71,12 @@ def expect_value_fits(value: object, dtype: DType, what: str) -> None:
         ok = info.min <= int(value) <= info.max
     if not ok:
         raise AttributeValueError(f"{what} {value!r} does not fit dtype {dtype.name}")
+
+
+def expect_bool(value: object, what: str) -> bool:
+    """An attribute that must be a real ``bool`` (not 0/1): raises ``AttributeValueError``."""
+    from ..core.errors import AttributeValueError
+
+    if not isinstance(value, bool):
+        raise AttributeValueError(f"{what} must be a bool, got {value!r}")
+    return value

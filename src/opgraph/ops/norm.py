@@ -23,7 +23,7 @@ from ..core.errors import AttributeValueError, GraphError, ShapeError
 from ..core.shape import Shape, broadcast_shapes, format_shape, normalize_axes
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
-from ._rules import expect_arity, expect_dtype, same_dtype
+from ._rules import expect_arity, expect_bool, expect_dtype, same_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 REDUCTION = FusionKind.REDUCTION
@@ -47,8 +47,7 @@ def _eps(value: Any) -> Any:
 
 def _check_flags(**flags: object) -> None:
     for k, v in flags.items():
-        if not isinstance(v, bool):
-            raise AttributeValueError(f"{k} must be a bool, got {v!r}")
+        expect_bool(v, k)
 
 
 def _check_axes(axes: object, rank: int) -> tuple[int, ...]:

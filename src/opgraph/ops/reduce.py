@@ -31,7 +31,7 @@ from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.shape import normalize_axes, normalize_axis
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
-from ._rules import expect_arity, expect_dtype
+from ._rules import expect_arity, expect_bool, expect_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 REDUCTION = FusionKind.REDUCTION
@@ -47,10 +47,7 @@ def check_axis(axis: Any, rank: int, what: str = "axis") -> int:
     return axis
 
 
-def check_flag(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise AttributeValueError(f"{what} must be a bool, got {value!r}")
-    return value
+check_flag = expect_bool  # the family's historical name, used by scan and sort
 
 
 def identity_value(dtype: DType, largest: bool) -> float | int | bool:
