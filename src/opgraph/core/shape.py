@@ -92,3 +92,19 @@ def normalize_axes(axes: Sequence[int] | int | None, rank: int, what: str = "axe
     if len(set(norm)) != len(norm):
         raise ShapeError(f"{what} {tuple(axes)} repeat an axis")
     return tuple(sorted(norm))
+
+
+def merge_dims(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
+    """Two dims that must be equal; a dynamic one takes the other's value."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    raise ShapeError(f"{what} {a} and {b} differ")
+
+
+def merge_shapes(a: Shape, b: Shape, what: str = "shapes") -> Shape:
+    """Two shapes that must agree dim by dim (ranks too); dynamic dims take the other's value."""
+    if len(a) != len(b):
+        raise ShapeError(f"{what}: ranks {len(a)} and {len(b)} differ")
+    return tuple(merge_dims(x, y, f"{what} (dimension {i}):") for i, (x, y) in enumerate(zip(a, b, strict=True)))

@@ -30,7 +30,7 @@ import torch
 
 from ..core.dtype import DType, as_dtype, float32, int32
 from ..core.errors import AttributeValueError, DTypeError, GraphError, ShapeError
-from ..core.shape import Dim, Shape, as_shape, format_shape, normalize_axis
+from ..core.shape import Shape, as_shape, format_shape, merge_dims, merge_shapes, normalize_axis
 from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Operation, Tensor
@@ -59,21 +59,6 @@ class ScatterMode(enum.Enum):
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
-def _merge(a: Dim, b: Dim, what: str) -> Dim:
-    """Two dims that must be equal (``None`` is unknown and matches anything)."""
-    if a is None:
-        return b
-    if b is None or a == b:
-        return a
-    raise ShapeError(f"{what}: {a} != {b}")
-
-
-def _merge_shapes(a: Shape, b: Shape, what: str) -> Shape:
-    if len(a) != len(b):
-        raise ShapeError(f"{what}: ranks {len(a)} and {len(b)} differ")
-    return tuple(_merge(x, y, f"{what} (dimension {i})") for i, (x, y) in enumerate(zip(a, b, strict=True)))
-
-
 def _expect_indices(t: TensorType) -> None:
     expect_dtype(t, integer=True, what="indices")
 
@@ -160,7 +145,7 @@ def _gather_rule(a: GatherAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     b = a.batch_dims
     if not 0 <= b <= min(a.axis, idx.rank):
         raise ShapeError(f"batch_dims {b} must be in [0, min(axis={a.axis}, indices rank={idx.rank})]")
-    batch = _merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
+    batch = merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
     return TensorType(batch + x.shape[b:a.axis] + idx.shape[b:] + x.shape[a.axis + 1:], x.dtype)
 
 
@@ -211,7 +196,7 @@ def _gather_nd_rule(a: GatherNDAttrs, ins: tuple[TensorType, ...]) -> TensorType
         raise ShapeError("the last dimension of indices (the index depth) must be static")
     if k > x.rank - b:
         raise ShapeError(f"index depth {k} exceeds the {x.rank - b} non-batch dimensions of x")
-    batch = _merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
+    batch = merge_shapes(x.shape[:b], idx.shape[:b], "batch dimensions of x and indices differ")
     return TensorType(batch + idx.shape[b:-1] + x.shape[b + k:], x.dtype)
 
 
@@ -250,7 +235,7 @@ def _same_but_axis(a: TensorType, b: TensorType, axis: int, what: str) -> Shape:
     """``b``'s shape, after checking it equals ``a``'s except at ``axis``."""
     if a.rank != b.rank:
         raise ShapeError(f"{what}: ranks {a.rank} and {b.rank} differ")
-    return tuple(d if i == axis else _merge(c, d, f"{what} (dimension {i})")
+    return tuple(d if i == axis else merge_dims(c, d, f"{what} (dimension {i})")
                  for i, (c, d) in enumerate(zip(a.shape, b.shape, strict=True)))
 
 
@@ -288,7 +273,7 @@ def _scatter_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     if idx.rank != 1:
         raise ShapeError(f"indices must have rank 1, got rank {idx.rank}")
     _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
-    _merge(upd.shape[a.axis], idx.shape[0], "updates along axis and the number of indices differ")
+    merge_dims(upd.shape[a.axis], idx.shape[0], "updates along axis and the number of indices differ")
     return data
 
 
@@ -326,10 +311,10 @@ def _scatter_nd_rule(a: ScatterNDAttrs, ins: tuple[TensorType, ...]) -> TensorTy
         raise ShapeError(f"updates must have shape batch + indices.shape[batch_dims:-1] + "
                          f"data.shape[batch_dims + index depth:], got updates {format_shape(upd.shape)}, "
                          f"data {format_shape(data.shape)}, indices {format_shape(idx.shape)}")
-    _merge_shapes(data.shape[:b], idx.shape[:b], "batch dimensions of data and indices differ")
-    _merge_shapes(upd.shape[:b], idx.shape[:b], "batch dimensions of updates and indices differ")
-    _merge_shapes(upd.shape[b:b + q], idx.shape[b:-1], "updates and indices dimensions differ")
-    _merge_shapes(upd.shape[b + q:], data.shape[b + k:], "updates and the indexed slices of data differ")
+    merge_shapes(data.shape[:b], idx.shape[:b], "batch dimensions of data and indices differ")
+    merge_shapes(upd.shape[:b], idx.shape[:b], "batch dimensions of updates and indices differ")
+    merge_shapes(upd.shape[b:b + q], idx.shape[b:-1], "updates and indices dimensions differ")
+    merge_shapes(upd.shape[b + q:], data.shape[b + k:], "updates and the indexed slices of data differ")
     return data
 
 
@@ -356,7 +341,7 @@ def _scatter_along_axis_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> Te
     data, upd, idx = ins
     _scatter_dtypes(a.mode, data, upd, idx)
     _expect_axis(a.axis, data.rank)
-    _merge_shapes(upd.shape, idx.shape, "updates and indices shapes differ")
+    merge_shapes(upd.shape, idx.shape, "updates and indices shapes differ")
     _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
     return data
 

@@ -17,7 +17,7 @@ import torch
 
 from ..core.dtype import int32
 from ..core.errors import AttributeValueError, ShapeError
-from ..core.shape import Dim, format_shape, normalize_axes, normalize_axis, numel
+from ..core.shape import Dim, format_shape, merge_dims, normalize_axes, normalize_axis, numel
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ._rules import expect_arity, same_dtype
@@ -27,15 +27,6 @@ INJECTIVE = FusionKind.INJECTIVE
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def merge_dims(a: Dim, b: Dim, what: str = "dimensions") -> Dim:
-    """Two dims that must be equal; a dynamic one takes the other's value."""
-    if a is None:
-        return b
-    if b is None or a == b:
-        return a
-    raise ShapeError(f"{what} {a} and {b} differ")
-
-
 def _prod(dims: Sequence[Dim]) -> Dim:
     return numel(tuple(dims))
 
