@@ -80,3 +80,12 @@ def expect_bool(value: object, what: str) -> bool:
     if not isinstance(value, bool):
         raise AttributeValueError(f"{what} must be a bool, got {value!r}")
     return value
+
+
+def check_axis(axis: object, rank: int, what: str = "axis") -> int:
+    """Validate a stored (already normalised) axis of a rank >= 1 tensor; raises ``ShapeError``."""
+    if rank == 0:
+        raise ShapeError("needs an input of rank >= 1, got a scalar")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < rank:
+        raise ShapeError(f"{what} {axis!r} is out of range for rank {rank}")
+    return axis

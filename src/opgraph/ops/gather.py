@@ -34,7 +34,7 @@ from ..core.shape import Shape, as_shape, format_shape, merge_dims, merge_shapes
 from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Operation, Tensor
-from ._rules import expect_arity, expect_dtype, expect_value_fits, same_dtype
+from ._rules import check_axis, expect_arity, expect_dtype, expect_value_fits, same_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 INJECTIVE = FusionKind.INJECTIVE
@@ -61,11 +61,6 @@ class ScatterMode(enum.Enum):
 # ---- shared helpers ------------------------------------------------------------------------------
 def _expect_indices(t: TensorType) -> None:
     expect_dtype(t, integer=True, what="indices")
-
-
-def _expect_axis(axis: int, rank: int) -> None:
-    if not 0 <= axis < rank:
-        raise ShapeError(f"axis {axis} is out of range for rank {rank}")
 
 
 def _checks_indices(ctx: LowerContext) -> bool:
@@ -141,7 +136,7 @@ def _gather_rule(a: GatherAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     _expect_indices(idx)
     if x.rank == 0:
         raise ShapeError("cannot gather from a scalar")
-    _expect_axis(a.axis, x.rank)
+    check_axis(a.axis, x.rank)
     b = a.batch_dims
     if not 0 <= b <= min(a.axis, idx.rank):
         raise ShapeError(f"batch_dims {b} must be in [0, min(axis={a.axis}, indices rank={idx.rank})]")
@@ -243,7 +238,7 @@ def _gather_along_axis_rule(a: GatherAlongAxisAttrs, ins: tuple[TensorType, ...]
     expect_arity(ins, 2)
     x, idx = ins
     _expect_indices(idx)
-    _expect_axis(a.axis, x.rank)
+    check_axis(a.axis, x.rank)
     return TensorType(_same_but_axis(x, idx, a.axis, "x and indices must match except at axis"), x.dtype)
 
 
@@ -269,7 +264,7 @@ def _scatter_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     expect_arity(ins, 3)
     data, upd, idx = ins
     _scatter_dtypes(a.mode, data, upd, idx)
-    _expect_axis(a.axis, data.rank)
+    check_axis(a.axis, data.rank)
     if idx.rank != 1:
         raise ShapeError(f"indices must have rank 1, got rank {idx.rank}")
     _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
@@ -340,7 +335,7 @@ def _scatter_along_axis_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> Te
     expect_arity(ins, 3)
     data, upd, idx = ins
     _scatter_dtypes(a.mode, data, upd, idx)
-    _expect_axis(a.axis, data.rank)
+    check_axis(a.axis, data.rank)
     merge_shapes(upd.shape, idx.shape, "updates and indices shapes differ")
     _same_but_axis(data, upd, a.axis, "data and updates must match except at axis")
     return data
@@ -464,7 +459,7 @@ def _one_hot_rule(a: OneHotAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     _expect_indices(idx)
     if isinstance(a.depth, bool) or not isinstance(a.depth, int) or a.depth < 0:
         raise AttributeValueError(f"depth must be an int >= 0, got {a.depth!r}")
-    _expect_axis(a.axis, idx.rank + 1)
+    check_axis(a.axis, idx.rank + 1)
     if a.dtype.packed or a.dtype.is_complex:
         raise DTypeError(f"dtype {a.dtype.name} is not supported (expects bool, integer or floating)")
     expect_value_fits(a.on_value, a.dtype, "on_value")
@@ -499,7 +494,7 @@ def _coordinate_rule(a: CoordinateAttrs, ins: tuple[TensorType, ...]) -> TensorT
     expect_arity(ins, 0)
     if any(d is None for d in a.shape):
         raise ShapeError(f"shape must be static, got {format_shape(a.shape)}")
-    _expect_axis(a.axis, len(a.shape))
+    check_axis(a.axis, len(a.shape))
     t = TensorType(a.shape, a.dtype)
     expect_dtype(t, numeric=True, what="result")
     return t

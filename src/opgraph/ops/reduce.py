@@ -31,22 +31,13 @@ from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.shape import normalize_axes, normalize_axis
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Tensor
-from ._rules import expect_arity, expect_bool, expect_dtype
+from ._rules import check_axis, expect_arity, expect_bool, expect_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 REDUCTION = FusionKind.REDUCTION
 
 
 # ---- shared helpers (also used by scan and sort) ---------------------------------------------------
-def check_axis(axis: Any, rank: int, what: str = "axis") -> int:
-    """Validate a stored (already normalised) axis of a rank >= 1 tensor; raises ``ShapeError``."""
-    if rank == 0:
-        raise ShapeError("needs an input of rank >= 1, got a scalar")
-    if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < rank:
-        raise ShapeError(f"{what} {axis!r} is out of range for rank {rank}")
-    return axis
-
-
 check_flag = expect_bool  # the family's historical name, used by scan and sort
 
 
