@@ -245,11 +245,20 @@ def test_kernel_source_is_cached_by_hash(tmp_path: Any) -> None:
     check(k1(v), [torch.exp(v)])
 
 
-def test_errors() -> None:
+def test_dynamic_dims_are_kernel_arguments() -> None:
     g = og.Graph()
     x = g.placeholder((None, 3), og.float32)
-    with pytest.raises(NotExpressible, match="dynamic"):
-        emit_elementwise(*region_of([g.exp(x)]), [g.exp(x)])
+    b = g.placeholder((3,), og.float32)
+    y = g.exp(x) + b
+    kernel = elementwise_kernel(*region_of([y]), [y], block=16)
+    assert "n0_0" in kernel.source  # the dynamic dim is an argument, not baked into the source
+    for rows in (1, 5, 33):
+        v, w = torch.randn(rows, 3), torch.randn(3)
+        check(kernel(v, w), [torch.exp(v) + w])
+
+
+def test_errors() -> None:
+    g = og.Graph()
     z = g.placeholder((2,), og.complex64)
     with pytest.raises(NotExpressible, match="complex64"):
         w = g.exp(z)
@@ -328,6 +337,6 @@ def test_large_domains_index_in_int64() -> None:
     g = og.Graph()
     x = g.placeholder((2**16, 2**15), og.float16)
     y = g.exp(x)
-    assert "pid.to(tl.int64)" in emit_elementwise(*region_of([y]), [y])
+    assert "program_id(0).to(tl.int64)" in emit_elementwise(*region_of([y]), [y])
     small = g.exp(g.placeholder((4,), og.float16))
-    assert "pid.to(tl.int64)" not in emit_elementwise(*region_of([small]), [small])
+    assert "program_id(0).to(tl.int64)" not in emit_elementwise(*region_of([small]), [small])

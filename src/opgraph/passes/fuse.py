@@ -1,14 +1,18 @@
-"""Stitching, first step: connected elementwise ops become one ``fused_elementwise`` op.
+"""Stitching: connected elementwise, injective and reduction ops become one ``fused_region`` op.
 
 The fused op is an ordinary op of the IR: its attributes list the steps (op name, attributes, where each
 input comes from), its type rule re-runs the steps' rules, so it prints, verifies and serialises like any
-other. Its lowering is a codegen facet (``codegen/triton`` sets ``FUSED_ELEMENTWISE.lower``), so this
-pass knows nothing about Triton. Autodiff runs before fusion: the fused op has no gradient rule.
+other. Its lowering is a codegen facet (``codegen/triton`` sets ``FUSED_REGION.lower``), so this pass
+knows nothing about Triton. Autodiff runs before fusion: the fused op has no gradient rule.
 
-Region formation walks the ops in order. An elementwise op joins the region of one of its producers
-when (1) the predicate accepts it, (2) no value of that region was already read by an op outside it
-(the fused op stands where the region's last op stood, so earlier outside readers would come first),
-and (3) none of its other inputs depends on that region (that would be a cycle).
+Region formation walks the ops in order (rules from each op's ``FusionKind``). A fusable op joins the
+region of one of its producers when (1) the code generator accepts it, (2) no value of that region was
+already read by an op outside it (the fused op stands where the region's last op stood, so earlier
+outside readers would come first), (3) none of its other inputs depends on that region (a cycle), and
+(4) it fits the region's domain: all reductions of a region reduce the same input shape over the same
+axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
+region, so no work is duplicated. Views at a region's end are left to PyTorch (free there), and a
+region with fewer than two computing ops is not worth a kernel.
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ def _fused_rule(a: FusedAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType,
     return tuple(values[k] for k in a.outputs)
 
 
-FUSED_ELEMENTWISE = OpDef("fused_elementwise", infer=_fused_rule, lower=None, attrs=FusedAttrs,
-                          fusion=FusionKind.OPAQUE, differentiable=False,
-                          doc="a region of elementwise ops computed by one generated kernel")
+FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedAttrs, fusion=FusionKind.OPAQUE,
+                     differentiable=False,
+                     doc="a region of elementwise, injective and reduction ops computed by one generated kernel")
+FUSED_ELEMENTWISE = FUSED_REGION  # the name of the first, elementwise-only version
 
 
 def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...]) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
@@ -68,81 +73,163 @@ def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...]) -> tuple[list[
     return ops, inputs, [values[k] for k in a.outputs]
 
 
-def fuse_elementwise(program: Program, can_fuse: Callable[[Operation], bool]) -> Program:
-    """Replace each region of two or more connected elementwise ops by one ``fused_elementwise`` op."""
+class _Region:
+    def __init__(self) -> None:
+        self.ops: list[Operation] = []
+        self.domain: tuple[Any, tuple[int, ...]] | None = None  # (shape, reduced axes) once a reduction joins
+        self.sealed = False
+
+
+def _fits(shape: tuple[Any, ...], domain: tuple[Any, ...]) -> bool:
+    """``shape`` broadcasts into ``domain`` (a region with a reduction computes every value inside its domain)."""
+    if len(shape) > len(domain):
+        return False
+    lead = len(domain) - len(shape)
+    return all(s == 1 or s == d for s, d in zip(shape, domain[lead:], strict=True))
+
+
+def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], tuple[int, ...]] | None) -> bool:
+    if region.sealed or len(region.ops) >= MAX_REGION_OPS:
+        return False
+    if op.op.fusion is FusionKind.REDUCTION:
+        assert reduction is not None
+        sig = (op.inputs[0].shape, reduction(op))
+        if region.domain is not None:
+            return region.domain == sig
+        return all(_fits(o.outputs[0].shape, sig[0]) for o in region.ops)
+    return region.domain is None or _fits(op.outputs[0].shape, region.domain[0])
+
+
+def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
+                 reduced_axes: Callable[[Operation], tuple[int, ...]],
+                 can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None) -> Program:
+    """Replace each region of connected fusable ops (two or more that compute) by one ``fused_region`` op.
+
+    ``can_fuse(op)``: the code generator can write the op (elementwise, injective or reduction, at its dtypes);
+    ``reduced_axes(op)``: the input axes a reduction op reduces; ``can_emit(ops, inputs, outputs)``: a formed
+    region's kernel can be written (a region that cannot is left unfused).
+    """
     ops = program.graph.ops
     region_of: dict[int, int] = {}  # id(op) -> region number
-    members: list[list[Operation]] = []
-    sealed: set[int] = set()
+    regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
     for op in ops:
         deps = frozenset().union(*(depends.get(id(t), frozenset()) for t in op.inputs))
-        joined = None
-        if op.op.fusion is FusionKind.ELEMENTWISE and len(op.outputs) == 1 and can_fuse(op):
+        if op.op.fusion in _FUSABLE and len(op.outputs) == 1 and can_fuse(op):
+            joined = None
             for t in op.inputs:
                 r = region_of.get(id(t.op))
-                if r is None or r in sealed or len(members[r]) >= MAX_REGION_OPS:
+                if r is None or not _joinable(regions[r], op, reduced_axes):
                     continue
                 others = [u for u in op.inputs if region_of.get(id(u.op)) != r]
                 if all(r not in depends.get(id(u), frozenset()) for u in others):
                     joined = r
                     break
             if joined is None:
-                joined = len(members)
-                members.append([])
+                joined = len(regions)
+                regions.append(_Region())
+            region = regions[joined]
+            if op.op.fusion is FusionKind.REDUCTION and region.domain is None:
+                region.domain = (op.inputs[0].shape, reduced_axes(op))
             region_of[id(op)] = joined
-            members[joined].append(op)
+            region.ops.append(op)
         for t in op.inputs:  # an outside reader seals the region it reads from
             r = region_of.get(id(t.op))
             if r is not None and r != region_of.get(id(op)):
-                sealed.add(r)
+                regions[r].sealed = True
         mine = frozenset({region_of[id(op)]}) if id(op) in region_of else frozenset()
         for t in op.outputs:
             depends[id(t)] = deps | mine
 
-    fused = {r for r, m in enumerate(members) if len(m) >= 2}
-    last = {id(members[r][-1]): r for r in fused}
+    readers: dict[int, list[Operation]] = {}
+    for op in ops:
+        for t in op.inputs:
+            readers.setdefault(id(t), []).append(op)
     outside_uses: set[int] = {id(t) for t in program.outputs}
     for op in ops:
         for t in op.inputs:
             if region_of.get(id(t.op)) != region_of.get(id(op)) or id(op) not in region_of:
                 outside_uses.add(id(t))
+    bodies: dict[int, tuple[list[Operation], list[Tensor], list[Tensor]]] = {}
+    for r, region in enumerate(regions):
+        body = _trim(region.ops, readers)
+        if sum(o.op.fusion is not FusionKind.INJECTIVE for o in body) < 2:
+            continue
+        members = {id(o) for o in body}
+        ext: list[Tensor] = []
+        for o in body:
+            for t in o.inputs:
+                if id(t.op) not in members and all(e is not t for e in ext):
+                    ext.append(t)
+        outs = [o.outputs[0] for o in body if id(o.outputs[0]) in outside_uses
+                or any(id(u) not in members for u in readers.get(id(o.outputs[0]), []))]
+        if can_emit is not None and not can_emit(body, ext, outs):
+            continue
+        bodies[r] = (body, ext, outs)
+    in_fused = {id(o): r for r, (body, _, _) in bodies.items() for o in body}
+    last = {id(body[-1]): r for r, (body, _, _) in bodies.items()}
 
     new = GraphCore()
     mapping: dict[int, Tensor] = {}
     op_map: dict[int, Operation] = {}
-    for op in ops:
-        r = region_of.get(id(op))
-        if r in fused:
-            if id(op) not in last:
-                continue
-            body = members[r]
+
+    def emit(item: Operation | int) -> None:
+        if isinstance(item, int):  # a region, at its last op's place
+            body, ext, outs = bodies[item]
             index = {id(o.outputs[0]): k for k, o in enumerate(body)}
-            ext: list[Tensor] = []
-            steps = []
-            for o in body:
-                refs = []
-                for t in o.inputs:
-                    if id(t) in index:
-                        refs.append(index[id(t)])
-                    else:
-                        if all(e is not t for e in ext):
-                            ext.append(t)
-                        refs.append(-1 - next(j for j, e in enumerate(ext) if e is t))
-                steps.append(FusedStep(o.op.name, o.attrs, tuple(refs), o.name))
-            outs = [k for k, o in enumerate(body) if id(o.outputs[0]) in outside_uses]
-            fused_op = new._add_op(FUSED_ELEMENTWISE, [mapping[id(t)] for t in ext],
-                                   FusedAttrs(tuple(steps), tuple(outs)))
-            for t, k in zip(fused_op.outputs, outs, strict=True):
-                mapping[id(body[k].outputs[0])] = t
-            continue
-        copied = new._add_op(op.op, [mapping[id(t)] for t in op.inputs], op.attrs, op.name, op.payload,
-                             [t.type for t in op.outputs])
-        op_map[id(op)] = copied
-        for old, rep in zip(op.outputs, copied.outputs, strict=True):
+            steps = [FusedStep(o.op.name, o.attrs, tuple(index[id(t)] if id(t) in index
+                                                        else -1 - next(j for j, e in enumerate(ext) if e is t)
+                                                        for t in o.inputs), o.name) for o in body]
+            fused_op = new._add_op(FUSED_REGION, [mapping[id(t)] for t in ext],
+                                   FusedAttrs(tuple(steps), tuple(index[id(t)] for t in outs)))
+            for t, o in zip(fused_op.outputs, outs, strict=True):
+                mapping[id(o)] = t
+            return
+        copied = new._add_op(item.op, [mapping[id(t)] for t in item.inputs], item.attrs, item.name, item.payload,
+                             [t.type for t in item.outputs])
+        op_map[id(item)] = copied
+        for old, rep in zip(item.outputs, copied.outputs, strict=True):
             mapping[id(old)] = rep
+
+    def ready(item: Operation | int) -> bool:
+        reads = bodies[item][1] if isinstance(item, int) else item.inputs
+        return all(id(t) in mapping for t in reads)
+
+    # ops in order, a region at its last op; a view trimmed off a region waits for the region's fused op
+    waiting: list[Operation | int] = []
+    for op in ops:
+        r = in_fused.get(id(op))
+        item: Operation | int | None = r if (r is not None and id(op) in last) else None if r is not None else op
+        if item is None:
+            continue
+        waiting.append(item)
+        progress = True
+        while progress:
+            progress = False
+            for k, w in enumerate(waiting):
+                if ready(w):
+                    emit(waiting.pop(k))
+                    progress = True
+                    break
+    assert not waiting, "region formation left ops unplaced"
     return Program(new, [mapping[id(t)] for t in program.inputs], [mapping[id(t)] for t in program.outputs],
                    [op_map[id(o)] for o in program.effects])
 
 
-__all__ = ["FUSED_ELEMENTWISE", "FusedAttrs", "FusedStep", "fuse_elementwise", "region_graph"]
+_FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+
+
+def _trim(body: list[Operation], readers: dict[int, list[Operation]]) -> list[Operation]:
+    """The region without injective ops that nothing inside reads (views at its end cost nothing unfused)."""
+    body = list(body)
+    while True:
+        inside = {id(o) for o in body}
+        drop = [o for o in body if o.op.fusion is FusionKind.INJECTIVE
+                and not any(id(u) in inside for u in readers.get(id(o.outputs[0]), []))]
+        if not drop:
+            return body
+        gone = {id(o) for o in drop}
+        body = [o for o in body if id(o) not in gone]
+
+
+__all__ = ["FUSED_ELEMENTWISE", "FUSED_REGION", "FusedAttrs", "FusedStep", "fuse_regions", "region_graph"]

@@ -126,9 +126,9 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
     if descriptor.fusion and (device_kind == "cuda" or descriptor.triton_interpret):
         if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
             os.environ["TRITON_INTERPRET"] = "1"
-        from ..codegen.triton.fused import can_fuse
-        from ..passes.fuse import fuse_elementwise
+        from ..codegen.triton.fused import can_emit, can_fuse, reduced_axes
+        from ..passes.fuse import fuse_regions
 
-        passes.append(Pass("fuse_elementwise", lambda p: fuse_elementwise(p, can_fuse)))
+        passes.append(Pass("fuse_regions", lambda p: fuse_regions(p, can_fuse, reduced_axes, can_emit)))
     program = run_pipeline(program, passes, descriptor.verify_each_pass, log)
     return program, log

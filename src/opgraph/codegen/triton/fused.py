@@ -1,45 +1,69 @@
-"""The lowering of ``fused_elementwise`` (a codegen facet of the op, keyed by the op object): the region's
-steps are rebuilt as a small graph and emitted as one Triton kernel (``kernel.elementwise_kernel``)."""
+"""The lowering of ``fused_region`` (a codegen facet of the op, keyed by the op object): the region's steps
+are rebuilt as a small graph and emitted as one Triton kernel (``kernel.region_kernel``); and the predicates
+region formation asks the code generator (``can_fuse``, ``reduced_axes``, ``can_emit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...ir.graph import Operation
-from ...ir.opdef import LowerContext
-from ...passes.fuse import FUSED_ELEMENTWISE, region_graph
+from ...core.errors import GraphError
+from ...ir.graph import Operation, Tensor
+from ...ir.opdef import FusionKind, LowerContext
+from ...passes.fuse import FUSED_REGION, region_graph
 from .expr import EXPRESSIONS, NotExpressible
-from .kernel import elementwise_kernel, emit_elementwise
+from .indexing import INDEX_RULES
+from .kernel import region_kernel
+from .reductions import REDUCTIONS
+from .region import RegionEmitter
 
 
 def can_fuse(op: Operation) -> bool:
-    """An elementwise op the expression table can write for these dtypes, with static shapes."""
-    if op.op not in EXPRESSIONS or not all(t.type.is_static for t in (*op.inputs, *op.outputs)):
+    """An op the generator can write: elementwise with an expression, injective with an index rule, or a
+    reduction with a recipe, at dtypes the generator handles."""
+    kind = op.op.fusion
+    if kind is FusionKind.ELEMENTWISE:
+        if op.op not in EXPRESSIONS:
+            return False
+    elif kind is FusionKind.INJECTIVE:
+        if op.op not in INDEX_RULES:
+            return False
+    elif kind is not FusionKind.REDUCTION or op.op not in REDUCTIONS:
         return False
+    ins = {id(t): t for t in op.inputs if op.op.reads_values or kind is not FusionKind.ELEMENTWISE}
+    return can_emit([op], list(ins.values()), list(op.outputs))
+
+
+def reduced_axes(op: Operation) -> tuple[int, ...]:
+    return REDUCTIONS[op.op].axes(op)
+
+
+def can_emit(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> bool:
     try:
-        emit_elementwise([op], list(op.inputs), list(op.outputs))
-    except NotExpressible:
+        RegionEmitter(ops, inputs, outputs).source()
+    except (NotExpressible, GraphError):
         return False
     return True
 
 
 def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     ops, inputs, outputs = region_graph(ctx.attrs, ctx.in_types)
-    kernel = elementwise_kernel(ops, inputs, outputs)
+    kernel = region_kernel(ops, inputs, outputs)
     device = ctx.device
     if len(outputs) == 1:
-        def one(*xs: Any) -> Any:
-            return kernel(*xs, device=device)[0]
+        def one(*xs: Any, out: Any = None) -> Any:
+            return kernel(*xs, out=out, device=device)[0]
 
-        one.source = kernel.source  # type: ignore[attr-defined]
-        return one
+        fn: Any = one
+    else:
+        def several(*xs: Any, out: Any = None) -> Any:
+            return tuple(kernel(*xs, out=out, device=device))
 
-    def several(*xs: Any) -> Any:
-        return tuple(kernel(*xs, device=device))
+        fn = several
+    fn.source = kernel.source
+    fn.inplace_ok = kernel.inplace_ok
+    fn.kernel = kernel
+    return fn
 
-    several.source = kernel.source  # type: ignore[attr-defined]
-    return several
 
-
-FUSED_ELEMENTWISE.lower = _lower_fused
+FUSED_REGION.lower = _lower_fused

@@ -1,13 +1,7 @@
-"""One Triton kernel for a DAG of elementwise ops: source emission, a source cache, and a launcher.
+"""Generated kernels: a source cache and a launcher (the sources come from ``region.RegionEmitter``).
 
-``emit_elementwise(ops, inputs, outputs)`` writes the kernel source: each program handles ``BLOCK``
-consecutive elements of the *domain* (the broadcast of every op's output shape), turns the flat index
-into per-dimension indices, loads each input at its own offset (stride 0 along the dims it is
-broadcast over), evaluates the ops' expressions in registers (``expr``) and stores each output once
-(lanes at a broadcast position other than 0 are masked off). Shapes are static and baked into the
-source; inputs are read as contiguous.
-
-``elementwise_kernel(...)`` returns an ``ElementwiseKernel`` that allocates the outputs and launches.
+``region_kernel(ops, inputs, outputs)`` returns a ``RegionKernel`` that allocates the outputs (or writes
+into given buffers), resolves dynamic sizes from the input shapes (once per distinct shapes) and launches.
 Sources are cached by their SHA-256: Triton needs a real file for ``@triton.jit`` (it reads the
 function's source), so each source is written once under the cache directory and imported from there.
 Triton is imported only when a kernel is loaded.
@@ -30,141 +24,17 @@ from typing import Any
 import torch
 
 from ...core.errors import ExecutionError, GraphError
-from ...core.shape import broadcast_shapes
 from ...core.types import TensorType
-from ...ir.graph import Operation, Tensor
-from ...ir.opdef import FusionKind
-from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
+from ...ir.graph import Operation, Tensor, infer_types
+from .region import KERNEL_NAME, Config, RegionEmitter, generated
 
-HELPERS = ("og_to_bf16", "og_signbit", "og_trunc", "og_rint", "og_round_half_away", "og_expm1", "og_log1p", "og_tanh",
-           "og_sinh", "og_cosh", "og_atan", "og_atan2", "og_asin", "og_acos", "og_asinh", "og_acosh", "og_atanh",
-           "og_powf", "og_powi", "og_powu", "og_popcount")
-KERNEL_NAME = "fused_elementwise"
 DEFAULT_BLOCK = 1024
 
 
-def _contiguous_strides(shape: Sequence[int]) -> list[int]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= d
-    return strides[::-1]
-
-
-def _static(t: Tensor, what: str) -> tuple[int, ...]:
-    if not t.type.is_static:
-        raise NotExpressible(f"{what} %{t.name} has dynamic dims {t.shape}; only static shapes are generated")
-    return tuple(d for d in t.shape if d is not None)
-
-
-class _Indexer:
-    """Per-dimension indices of the flat domain index ``offs``, emitted once each on first use."""
-
-    def __init__(self, domain: tuple[int, ...], lines: list[str]) -> None:
-        self.domain = domain
-        self.lines = lines
-        self.inner = [math.prod(domain[k + 1:]) for k in range(len(domain))]
-        self.done: set[int] = set()
-
-    def index(self, k: int) -> str:
-        if k not in self.done:
-            self.done.add(k)
-            e = "offs" if self.inner[k] == 1 else f"(offs // {self.inner[k]})"
-            if k > 0:  # offs < numel already bounds the outermost index
-                e = f"{e} % {self.domain[k]}"
-            self.lines.append(f"    i{k} = {e}")
-        return f"i{k}"
-
-    def offset(self, shape: tuple[int, ...]) -> tuple[str, list[str]]:
-        """The element offset of a contiguous tensor of ``shape`` broadcast to the domain, and the
-        conditions ``index == 0`` along the dims it is broadcast over (for stores)."""
-        if shape == self.domain:
-            return "offs", []
-        lead = len(self.domain) - len(shape)
-        strides = _contiguous_strides(shape)
-        terms, zero = [], []
-        for k, size in enumerate(self.domain):
-            own = shape[k - lead] if k >= lead else 1
-            if own == size and size != 1:
-                s = strides[k - lead]
-                terms.append(self.index(k) if s == 1 else f"{self.index(k)} * {s}")
-            elif size != 1:
-                zero.append(f"({self.index(k)} == 0)")
-        return (" + ".join(terms) if terms else "offs * 0"), zero
-
-
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
-    """The source of one Triton kernel computing ``outputs`` from ``inputs`` through ``ops``
-    (elementwise ops in a topological order; every other value they read must be in ``inputs``).
-
-    The kernel's arguments are the input pointers, then the output pointers, then ``BLOCK``.
-    """
-    if not outputs:
-        raise GraphError("an elementwise kernel needs at least one output")
-    names: dict[int, str] = {}
-    for i, t in enumerate(inputs):
-        if id(t) in names:
-            raise GraphError(f"input %{t.name} is listed twice")
-        _static(t, "input")
-        names[id(t)] = f"x{i}"
-    reads: set[int] = set()  # inputs whose values are read (fill_like reads only its input's shape)
-    for op in ops:
-        if op.op.fusion is not FusionKind.ELEMENTWISE:
-            raise GraphError(f"op %{op.name} ({op.op.name}) is not elementwise")
-        if len(op.outputs) != 1:
-            raise GraphError(f"op %{op.name} has {len(op.outputs)} outputs")
-        for t in op.inputs:
-            if id(t) not in names:
-                raise GraphError(f"op %{op.name} reads %{t.name}, which is neither an input nor computed earlier")
-            if op.op.reads_values:
-                reads.add(id(t))
-        names[id(op.outputs[0])] = f"v{len(names)}"
-    computed = {id(op.outputs[0]) for op in ops}
-    for t in outputs:
-        if id(t) not in computed:
-            raise GraphError(f"output %{t.name} is not computed by the ops of the kernel")
-
-    domain = tuple(broadcast_shapes(*(_static(op.outputs[0], "value") for op in ops)))
-    assert all(d is not None for d in domain)
-    numel = math.prod(domain)  # type: ignore[arg-type]
-    wide = numel >= 2**31 - 2**20  # int64 indices where pid * BLOCK could pass int32 (blocks up to 2**20)
-    params = [f"in{i}" for i in range(len(inputs))] + [f"out{j}" for j in range(len(outputs))]
-    body: list[str] = [
-        "    pid = tl.program_id(0)",
-        f"    offs = {'pid.to(tl.int64)' if wide else 'pid'} * BLOCK + tl.arange(0, BLOCK)",
-        f"    mask = offs < {numel}",
-    ]
-    index = _Indexer(domain, body)  # type: ignore[arg-type]
-    for i, t in enumerate(inputs):
-        if id(t) not in reads:
-            continue
-        off, _ = index.offset(_static(t, "input"))
-        load = f"tl.load(in{i} + {off}, mask=mask)"
-        reg = compute_type(t.dtype)
-        if reg != storage_type(t.dtype):
-            load = f"{load}.to({reg})"
-        body.append(f"    x{i} = {load}")
-    for op in ops:
-        ctx = ExprContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs))
-        e = expression(op.op, [names[id(t)] for t in op.inputs], ctx)
-        body.append(f"    {names[id(op.outputs[0])]} = ({e}).to({compute_type(op.outputs[0].dtype)})")
-    for j, t in enumerate(outputs):
-        off, zero = index.offset(_static(t, "output"))
-        value = to_storage(names[id(t)], t.dtype, t.dtype)
-        m = " & ".join(["mask", *zero])
-        body.append(f"    tl.store(out{j} + {off}, {value}, mask={m})")
-    header = [
-        "# generated by opgraph.codegen.triton.kernel: " + ", ".join(op.op.name for op in ops),
-        "import triton",
-        "import triton.language as tl",
-        "",
-        f"from opgraph.codegen.triton.prelude import {', '.join(HELPERS)}  # noqa: F401",
-        "",
-        "",
-        "@triton.jit",
-        f"def {KERNEL_NAME}({', '.join([*params, 'BLOCK: tl.constexpr'])}):",
-    ]
-    return "\n".join(header + body) + "\n"
+    """The source of one Triton kernel computing ``outputs`` from ``inputs`` through ``ops`` (elementwise,
+    injective and reduction ops in a topological order; every other value they read must be in ``inputs``)."""
+    return RegionEmitter(ops, inputs, outputs).source()
 
 
 # ---- the source cache -------------------------------------------------------------------------------------
@@ -216,18 +86,35 @@ def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
 
 
 # ---- the launcher ------------------------------------------------------------------------------------------
-@dataclass
-class ElementwiseKernel:
-    """A loaded kernel: ``kernel(*inputs)`` allocates the outputs on the inputs' device and launches it."""
+@dataclass(frozen=True)
+class _Launch:
+    grid: tuple[int, ...]
+    ints: tuple[int, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
 
-    source: str
+
+@dataclass
+class RegionKernel:
+    """A generated kernel: ``kernel(*inputs, out=None)`` allocates the outputs (or writes into the given
+    buffers) on the inputs' device and launches it. Inputs may be strided; outputs are contiguous."""
+
+    source: str  # the variant for contiguous inputs
     ops: tuple[str, ...]  # the names of the graph ops inside
     in_types: tuple[TensorType, ...]
     out_types: tuple[TensorType, ...]
-    numel: int
-    block: int = DEFAULT_BLOCK
+    config: Config
+    symbols: tuple[tuple[int, int], ...]  # per size argument: (value number, dim)
+    strides: tuple[tuple[int, int], ...]  # per stride argument: (input, dim)
+    domain: tuple[int, tuple[int, ...]]  # (value number, dims whose product is the grid's extent)
+    steps: tuple[tuple[Any, Any, tuple[int, ...]], ...]  # (op def, attrs, value numbers read): shape inference
+    value_types: tuple[TensorType, ...]  # inputs, then each step's output
+    out_numbers: tuple[int, ...]  # the value number of each output
+    inplace_ok: frozenset[tuple[int, int]] = frozenset()
     cache_dir: Path | None = None
+    strided: Any = None  # () -> RegionKernel: the variant reading inputs at their strides, made on first need
     _fn: Any = field(default=None, repr=False)
+    _launches: dict[Any, _Launch] = field(default_factory=dict, repr=False)
+    _strided: RegionKernel | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
@@ -239,40 +126,90 @@ class ElementwiseKernel:
             self._fn = load_kernel(self.source, self.cache_dir)
         return self._fn
 
-    def __call__(self, *inputs: torch.Tensor, device: torch.device | None = None) -> list[torch.Tensor]:
+    def _launch(self, shapes: tuple[tuple[int, ...], ...]) -> _Launch:
+        launch = self._launches.get(shapes)
+        if launch is not None:
+            return launch
+        for i, (s, t) in enumerate(zip(shapes, self.in_types, strict=True)):
+            if len(s) != t.rank or any(d is not None and d != v for d, v in zip(t.shape, s, strict=True)):
+                raise ExecutionError(f"input {i}: expected {t}, got shape {s}")
+        values: list[tuple[int, ...]] = list(shapes)
+        if any(not t.is_static for t in (*self.in_types, *self.out_types)) or self.symbols:
+            for op, attrs, reads in self.steps:  # concrete shapes of every value of the region
+                ins = tuple(TensorType(values[k], self.value_types[k].dtype) for k in reads)
+                values.append(tuple(int(d) for d in infer_types(op, attrs, ins)[0].shape))  # type: ignore[arg-type]
+        else:
+            values.extend(tuple(int(d or 0) for d in t.shape) for t in self.value_types[len(shapes):])
+        ints = tuple(values[v][k] for v, k in self.symbols)
+        number, dims = self.domain
+        extent = math.prod(values[number][k] for k in dims)
+        per = self.config.xblock if self.config.reduction else self.config.block
+        out_shapes = tuple(values[v] for v in self.out_numbers)
+        launch = _Launch((-(-extent // per),) if extent else (0,), ints, out_shapes)
+        self._launches[shapes] = launch
+        return launch
+
+    def __call__(self, *inputs: torch.Tensor, out: Sequence[torch.Tensor | None] | None = None,
+                 device: torch.device | None = None) -> list[torch.Tensor]:
         if len(inputs) != len(self.in_types):
             raise ExecutionError(f"the kernel takes {len(self.in_types)} inputs, got {len(inputs)}")
-        xs = []
         for i, (x, t) in enumerate(zip(inputs, self.in_types, strict=True)):
-            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch_dtype:
+            if x.dtype != t.dtype.torch_dtype:
                 raise ExecutionError(f"input {i}: expected {t}, got shape {tuple(x.shape)} and {x.dtype}")
-            xs.append(x.contiguous())
-        dev = device or (xs[0].device if xs else torch.device("cpu"))
-        outs = [torch.empty(t.shape, dtype=t.dtype.torch_dtype, device=dev) for t in self.out_types]  # type: ignore[arg-type]
-        if self.numel:
-            self.fn[(-(-self.numel // self.block),)](*xs, *outs, BLOCK=self.block)
+        if self.strided is not None and not all(x.is_contiguous() for x in inputs):
+            if self._strided is None:
+                self._strided = self.strided()
+            return self._strided(*inputs, out=out, device=device)
+        launch = self._launch(tuple(tuple(x.shape) for x in inputs))
+        dev = device or (inputs[0].device if inputs else torch.device("cpu"))
+        outs = []
+        for j, (shape, t) in enumerate(zip(launch.out_shapes, self.out_types, strict=True)):
+            given = out[j] if out is not None else None
+            outs.append(given if given is not None else torch.empty(shape, dtype=t.dtype.torch_dtype, device=dev))
+        if launch.grid[0]:
+            strides = [0 if inputs[i].shape[k] == 1 else inputs[i].stride(k) for i, k in self.strides]
+            cfg = self.config
+            blocks = dict(XBLOCK=cfg.xblock, RBLOCK=cfg.rblock) if cfg.reduction else dict(BLOCK=cfg.block)
+            self.fn[launch.grid](*inputs, *outs, *launch.ints, *strides, num_warps=cfg.num_warps, **blocks)
         return outs
 
 
+def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
+                  config: Config | None = None, cache_dir: Path | None = None, strided: bool = False) -> RegionKernel:
+    """Emit the kernel of a region (loaded on its first launch). The kernel reads contiguous inputs; given a
+    non-contiguous one it switches to a variant reading inputs at their strides (no copies)."""
+    em = RegionEmitter(ops, inputs, outputs, config, strided=strided)
+    source = em.source()
+    number = {id(t): k for k, t in enumerate(em.values)}
+    kernel = RegionKernel(
+        source, tuple(op.name for op in ops), tuple(t.type for t in inputs), tuple(t.type for t in outputs),
+        em.config, tuple(em.symbols[n] for n in sorted(em.symbols)), tuple(em.strides[n] for n in sorted(em.strides)),
+        (number[id(em.domain)], em.xaxes if em.config.reduction else tuple(range(em.domain.rank))),
+        tuple((op.op, op.attrs, tuple(number[id(t)] for t in op.inputs)) for op in ops),
+        tuple(t.type for t in em.values), tuple(number[id(t)] for t in outputs), em.inplace_ok(), cache_dir)
+    if not strided:
+        kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir, strided=True)
+    return kernel
+
+
 def elementwise_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
-                       block: int = DEFAULT_BLOCK, cache_dir: Path | None = None) -> ElementwiseKernel:
-    """Emit (and on first launch load) the kernel of ``emit_elementwise``; ``block`` is a power of two."""
+                       block: int = DEFAULT_BLOCK, cache_dir: Path | None = None) -> RegionKernel:
+    """``region_kernel`` with the flat block size given (a power of two) for regions without reductions."""
     if block <= 0 or block & (block - 1) or block > 2**20:
         raise GraphError(f"block must be a power of two up to 2**20, got {block}")
-    source = emit_elementwise(ops, inputs, outputs)
-    domain = broadcast_shapes(*(op.outputs[0].shape for op in ops))
-    return ElementwiseKernel(source, tuple(op.name for op in ops), tuple(t.type for t in inputs),
-                             tuple(t.type for t in outputs), math.prod(d or 0 for d in domain), block, cache_dir)
+    em = RegionEmitter(ops, inputs, outputs)
+    config = em.config if em.config.reduction else Config(reduction=False, block=block)
+    return region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir)
 
 
 def region_of(outputs: Sequence[Tensor]) -> tuple[list[Operation], list[Tensor]]:
-    """The elementwise ops that compute ``outputs`` (in graph order), stopping at values made by other ops,
-    which become the inputs (in first-use order). A helper for tests and tools until region formation lands."""
+    """The generated ops that compute ``outputs`` (in graph order), stopping at values made by other ops,
+    which become the inputs (in first-use order). A helper for tests and tools."""
     seen: dict[int, Operation] = {}
     stack = [t.op for t in outputs]
     while stack:
         op = stack.pop()
-        if id(op) in seen or op.op.fusion is not FusionKind.ELEMENTWISE:
+        if id(op) in seen or not generated(op):
             continue
         seen[id(op)] = op
         stack.extend(t.op for t in op.inputs)

@@ -196,3 +196,9 @@ def og_popcount(v):
     v = (v & 0x3333333333333333) + ((v >> 2) & 0x3333333333333333)
     v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0F
     return ((v * 0x0101010101010101) >> 56) & 0xFF
+
+
+@triton.jit
+def og_mul(a, b):
+    # the combine function of product reductions (tl.reduce)
+    return a * b

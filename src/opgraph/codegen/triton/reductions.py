@@ -1,0 +1,226 @@
+"""How each reduction op is generated: its reduced axes, its row statistics, and its value from them.
+
+A reduction kernel handles a *domain* (the shape of the reductions' input) split into kept dims (rows,
+``XBLOCK`` per program) and reduced dims (``RBLOCK`` per step). ``REDUCTIONS[op]`` gives the axes an op
+reduces and ``value(op, em, index)``: the op's output at an index, written with row statistics that the
+emitter computes once per row (``em.stats``: sums, maxima ... of an element function of the domain index)
+and pulled inputs (``em.value``). Composite ops (softmax, layer_norm, rms_norm, variance) are written
+here from statistics, so their prologues and epilogues fuse with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...core.dtype import bool_
+from ...ir.graph import Operation
+from ...ir.opdef import OpDef
+from ...ops import gradient_support as gs
+from ...ops import nn, norm
+from ...ops import reduce as rd
+from .expr import NotExpressible, compute_type, literal
+
+if TYPE_CHECKING:
+    from .region import RegionEmitter
+
+Index = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reduction:
+    axes: Callable[[Operation], tuple[int, ...]]  # the axes of input 0 that are reduced
+    value: Callable[[Operation, RegionEmitter, Index], str]  # the output at an output index
+    stats: Callable[[Operation, RegionEmitter], object] | None = None  # full-shaped ops: the row statistics
+
+    def prepare(self, op: Operation, em: RegionEmitter) -> None:
+        """Emit the op's row statistics (in the top scope, before any final pass reads them)."""
+        if self.stats is not None:
+            self.stats(op, em)
+        else:
+            self.value(op, em, em.canonical_index(op))
+
+
+def _attr_axes(op: Operation) -> tuple[int, ...]:
+    return tuple(sorted(a % op.inputs[0].rank for a in op.attrs.axes))
+
+
+def _softmax_axes(op: Operation) -> tuple[int, ...]:
+    return (op.attrs.axis % op.inputs[0].rank,)
+
+
+def _sum_to_axes(op: Operation) -> tuple[int, ...]:
+    x, ref = op.inputs
+    lead = x.rank - ref.rank
+    return tuple(range(lead)) + tuple(lead + k for k, (a, b) in enumerate(zip(x.shape[lead:], ref.shape, strict=True))
+                                      if b == 1 and a != 1)
+
+
+def _float_input(op: Operation) -> str:
+    dt = op.inputs[0].dtype
+    if not dt.is_floating or dt.is_complex:
+        raise NotExpressible(f"{op.op.name} is generated for real floating dtypes, got {dt.name}")
+    return compute_type(dt)
+
+
+def _element(em: RegionEmitter, op: Operation, fn: Callable[[str], str] = lambda v: v) -> Callable[[Index], str]:
+    x = op.inputs[0]
+    return lambda idx: fn(em.value(x, idx))
+
+
+def _nan_free(v: str, fill: str) -> str:
+    return f"tl.where({v} != {v}, {fill}, {v})"
+
+
+# ---- plain reductions ----------------------------------------------------------------------------------
+def _sum(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_row(op, index)
+    ct = compute_type(op.inputs[0].dtype)
+    if op.inputs[0].dtype is bool_:
+        raise NotExpressible("reduce_sum of bool is not generated")
+    (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
+    return s
+
+
+def _mean(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_row(op, index)
+    ct = _float_input(op)
+    (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
+    return f"{s} / {em.reduced_count()}"
+
+
+def _prod(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_row(op, index)
+    if op.inputs[0].dtype is bool_:
+        raise NotExpressible("reduce_prod of bool is not generated")
+    (p,) = em.stats(op, "prod", [("prod", _element(em, op), compute_type(op.inputs[0].dtype))])
+    return p
+
+
+def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
+    """(mean, population variance) of input 0 over the reduced dims: two passes, for accuracy."""
+    n = em.reduced_count()
+    (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
+    mean = em.bind_row(f"{s} / {n}", "mean")
+    (q,) = em.stats(op, "centred", [("sum", _element(em, op, lambda v: f"({v} - {mean}) * ({v} - {mean})"), ct)])
+    return mean, em.bind_row(f"{q} / {n}", "var")
+
+
+def _variance(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_row(op, index)
+    return _variance_of(op, em, _float_input(op))[1]
+
+
+def _extremum(is_max: bool, propagate_nan: bool) -> Callable[[Operation, RegionEmitter, Index], str]:
+    kind = "max" if is_max else "min"
+
+    def value(op: Operation, em: RegionEmitter, index: Index) -> str:
+        em.check_row(op, index)
+        dt = op.inputs[0].dtype
+        if dt is bool_:
+            (r,) = em.stats(op, kind, [(kind, _element(em, op, lambda v: f"{v}.to(tl.int32)"), "tl.int32")])
+            return f"{r} != 0"
+        ct = compute_type(dt)
+        if not dt.is_floating:
+            (r,) = em.stats(op, kind, [(kind, _element(em, op), ct)])
+            return r
+        fill = 'float("-inf")' if is_max else 'float("inf")'
+        # NaN-free extremum, and whether any element is (propagate) or is not (ignore) NaN
+        flag = (lambda v: f"({v} != {v}).to(tl.int32)") if propagate_nan else (lambda v: f"({v} == {v}).to(tl.int32)")
+        r, f = em.stats(op, kind, [(kind, _element(em, op, lambda v: _nan_free(v, fill)), ct),
+                                   ("max", _element(em, op, flag), "tl.int32")])
+        return f"tl.where({f} > 0, float(\"nan\"), {r})" if propagate_nan else f"tl.where({f} > 0, {r}, float(\"nan\"))"
+
+    return value
+
+
+def _logical(is_and: bool) -> Callable[[Operation, RegionEmitter, Index], str]:
+    def value(op: Operation, em: RegionEmitter, index: Index) -> str:
+        em.check_row(op, index)
+        kind = "min" if is_and else "max"
+        (r,) = em.stats(op, kind, [(kind, _element(em, op, lambda v: f"({v} != 0).to(tl.int32)"), "tl.int32")])
+        return f"{r} != 0"
+
+    return value
+
+
+# ---- composite ops: full-shaped results written from row statistics ------------------------------------
+def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
+    ct = _float_input(op)
+    (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
+    (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
+    return m, s
+
+
+def _softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_full(op, index)
+    m, s = _softmax_stats(op, em)
+    return f"tl.exp({em.value(op.inputs[0], index)} - {m}) / {s}"
+
+
+def _log_softmax_stats(op: Operation, em: RegionEmitter) -> str:
+    m, s = _softmax_stats(op, em)
+    return em.bind_row(f"{m} + tl.log({s})", "lse")
+
+
+def _log_softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_full(op, index)
+    lse = _log_softmax_stats(op, em)
+    return f"{em.value(op.inputs[0], index)} - {lse}"
+
+
+def _affine(op: Operation, em: RegionEmitter, index: Index, y: str, flags: tuple[bool, ...]) -> str:
+    """``y * gamma + beta`` with each present parameter broadcast into the normalised axes."""
+    axes = REDUCTIONS[op.op].axes(op)
+    params = iter(op.inputs[1:])
+    for k, present in enumerate(flags):
+        if not present:
+            continue
+        p = next(params)
+        sub = tuple(index[a] for a in axes)
+        lead = len(sub) - p.rank
+        pidx = tuple("0" if p.shape[j] == 1 else sub[lead + j] for j in range(p.rank))
+        v = em.value(p, pidx)
+        y = f"({y}) * {v}" if k == 0 else f"({y}) + {v}"
+    return y
+
+
+def _layer_norm_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
+    mean, var = _variance_of(op, em, _float_input(op))
+    return mean, em.bind_row(f"1.0 / tl.sqrt({var} + {literal(float(op.attrs.epsilon))})", "rstd")
+
+
+def _layer_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_full(op, index)
+    mean, rstd = _layer_norm_stats(op, em)
+    y = f"({em.value(op.inputs[0], index)} - {mean}) * {rstd}"
+    return _affine(op, em, index, y, (op.attrs.has_gamma, op.attrs.has_beta))
+
+
+def _rms_norm_stats(op: Operation, em: RegionEmitter) -> str:
+    (q,) = em.stats(op, "squares", [("sum", _element(em, op, lambda v: f"{v} * {v}"), _float_input(op))])
+    return em.bind_row(f"1.0 / tl.sqrt({q} / {em.reduced_count()} + {literal(float(op.attrs.epsilon))})", "rrms")
+
+
+def _rms_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
+    em.check_full(op, index)
+    r = _rms_norm_stats(op, em)
+    return _affine(op, em, index, f"{em.value(op.inputs[0], index)} * {r}", (op.attrs.has_gamma,))
+
+
+REDUCTIONS: dict[OpDef, Reduction] = {
+    rd.REDUCE_SUM: Reduction(_attr_axes, _sum), rd.REDUCE_MEAN: Reduction(_attr_axes, _mean),
+    rd.REDUCE_PROD: Reduction(_attr_axes, _prod), rd.VARIANCE: Reduction(_attr_axes, _variance),
+    rd.REDUCE_MAX: Reduction(_attr_axes, _extremum(True, False)),
+    rd.REDUCE_MIN: Reduction(_attr_axes, _extremum(False, False)),
+    rd.REDUCE_MAX_NAN: Reduction(_attr_axes, _extremum(True, True)),
+    rd.REDUCE_MIN_NAN: Reduction(_attr_axes, _extremum(False, True)),
+    rd.REDUCE_AND: Reduction(_attr_axes, _logical(True)), rd.REDUCE_OR: Reduction(_attr_axes, _logical(False)),
+    gs.SUM_TO: Reduction(_sum_to_axes, _sum),
+    nn.SOFTMAX: Reduction(_softmax_axes, _softmax, _softmax_stats),
+    nn.LOG_SOFTMAX: Reduction(_softmax_axes, _log_softmax, _log_softmax_stats),
+    norm.LAYER_NORM: Reduction(_attr_axes, _layer_norm, _layer_norm_stats),
+    norm.RMS_NORM: Reduction(_attr_axes, _rms_norm, _rms_norm_stats),
+}
+FULL_SHAPED = frozenset({nn.SOFTMAX, nn.LOG_SOFTMAX, norm.LAYER_NORM, norm.RMS_NORM})  # output shape == input shape
