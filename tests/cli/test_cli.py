@@ -78,7 +78,7 @@ def test_demo_on_cpu() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "Executable on cpu" in out
-    for op in ("conv2d", "relu", "max_pool2d", "reshape", "matmul", "add", "softmax"):
+    for op in ("conv2d", "relu", "max_pool2d", "reshape", "matmul_epilogue", "softmax"):
         assert f" {op} " in out, op
     assert "outputs agree" in out and "max abs difference" in out
     assert "opgraph exe.run" in out and "eager PyTorch" in out and "median ms" in out

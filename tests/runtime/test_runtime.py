@@ -298,3 +298,11 @@ def test_memory_stats_reflect_freeing_after_last_use() -> None:
     s = g.compile({x: x.type}, [y], device="cpu").memory_stats()
     assert s.unplanned_peak_bytes == 20 * 4096
     assert s.planned_peak_bytes == 2 * 4096  # a chain needs its input and its output alive at once
+
+
+def test_a_view_of_a_variable_returned_as_output_is_a_copy() -> None:
+    g = og.Graph()
+    w = g.variable(np.arange(4.0, dtype=np.float32), name="w")
+    (r,) = g.run({}, [g.reshape(w, (2, 2))])
+    r += 1  # the caller owns the result: the variable must not change
+    assert g.variable_value(w).tolist() == [0.0, 1.0, 2.0, 3.0]

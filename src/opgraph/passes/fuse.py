@@ -54,7 +54,6 @@ def _fused_rule(a: FusedAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType,
 FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedAttrs, fusion=FusionKind.OPAQUE,
                      differentiable=False,
                      doc="a region of elementwise, injective and reduction ops computed by one generated kernel")
-FUSED_ELEMENTWISE = FUSED_REGION  # the name of the first, elementwise-only version
 
 
 def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...]) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
@@ -232,4 +231,4 @@ def _trim(body: list[Operation], readers: dict[int, list[Operation]]) -> list[Op
         body = [o for o in body if id(o) not in gone]
 
 
-__all__ = ["FUSED_ELEMENTWISE", "FUSED_REGION", "FusedAttrs", "FusedStep", "fuse_regions", "region_graph"]
+__all__ = ["FUSED_REGION", "FusedAttrs", "FusedStep", "fuse_regions", "region_graph"]

@@ -38,9 +38,11 @@ class CompilationDescriptor:
     a CUDA graph on the first run and replays it afterwards (variables are updated in place, so replays
     see each other's assigns). An executable that cannot be captured (an op that synchronises with the
     host, such as checked gather indices) runs op by op; ``exe.cuda_graph_status`` says which and why.
-    ``fusion``: regions of elementwise ops become one generated Triton kernel each (on CUDA, or on the
-    CPU with ``triton_interpret=True``, which runs the kernels in Triton's interpreter). Off by default
-    until reductions and the GPU benchmarks land.
+    ``fusion``: matmul bias/activation epilogues go into the vendor GEMM, and regions of elementwise,
+    injective and reduction ops become one generated Triton kernel each: on CUDA, and on the CPU only with
+    ``triton_interpret=True`` (Triton's interpreter runs the kernels: slow, for checking them without a
+    GPU). On by default. ``matmul_epilogues=False`` keeps bias and activation out of the GEMM (then they
+    fuse into a region like any elementwise op).
     """
 
     optimization_level: int = 1
@@ -48,8 +50,9 @@ class CompilationDescriptor:
     constant_fold_limit: int = 1 << 16
     check_indices: bool = True
     cuda_graphs: bool = True
-    fusion: bool = False
+    fusion: bool = True
     triton_interpret: bool = False
+    matmul_epilogues: bool = True
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError
@@ -123,7 +126,12 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
     if descriptor.verify_each_pass:
         program.graph.verify()
     passes = descriptor.passes()
-    if descriptor.fusion and (device_kind == "cuda" or descriptor.triton_interpret):
+    fusing = descriptor.fusion and (device_kind == "cuda" or descriptor.triton_interpret)
+    if descriptor.fusion and descriptor.matmul_epilogues and descriptor.optimization_level >= 1:
+        from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
+
+        passes.append(Pass("fuse_matmul_epilogues", fuse_matmul_epilogues))  # before region formation
+    if fusing:
         if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
             os.environ["TRITON_INTERPRET"] = "1"
         from ..codegen.triton.fused import can_emit, can_fuse, reduced_axes

@@ -26,9 +26,11 @@ import torch
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
-from .region import KERNEL_NAME, Config, RegionEmitter, generated
+from .region import KERNEL_NAME, MAX_BARRIERS, WS_PARTS, Config, RegionEmitter, candidate_configs, generated
 
 DEFAULT_BLOCK = 1024
+TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
+TUNE_LAUNCHES = 5
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -112,9 +114,44 @@ class RegionKernel:
     inplace_ok: frozenset[tuple[int, int]] = frozenset()
     cache_dir: Path | None = None
     strided: Any = None  # () -> RegionKernel: the variant reading inputs at their strides, made on first need
+    alternatives: Any = None  # () -> list[RegionKernel]: other launch configurations, timed on first CUDA launch
     _fn: Any = field(default=None, repr=False)
     _launches: dict[Any, _Launch] = field(default_factory=dict, repr=False)
     _strided: RegionKernel | None = field(default=None, repr=False)
+    _tuned: dict[Any, RegionKernel] = field(default_factory=dict, repr=False)
+    _workspaces: dict[Any, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    def _tune(self, inputs: Sequence[torch.Tensor]) -> RegionKernel:
+        """The fastest of this kernel and its alternatives on these inputs (CUDA events, a few launches each;
+        outputs go to fresh buffers, so a caller's ``out=`` buffer is never written twice)."""
+        if math.prod(inputs[0].shape) < TUNE_MIN_ELEMENTS:
+            return self
+        timed: list[tuple[float, int, RegionKernel]] = []
+        for k in [self, *self.alternatives()]:
+            try:
+                k(*inputs)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(TUNE_LAUNCHES):
+                    k(*inputs)
+                end.record()
+                end.synchronize()
+                timed.append((start.elapsed_time(end), len(timed), k))
+            except Exception:  # a configuration that does not compile (resources) is skipped
+                continue
+        return min(timed)[2] if timed else self
+
+    def _workspace(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Partials and barrier counters of a split reduction: allocated once per device and row count (the
+        kernel leaves its counters at zero), so a CUDA-graph replay finds them where the capture did."""
+        key = (str(device), rows)
+        found = self._workspaces.get(key)
+        if found is None:
+            split = self.config.split
+            found = (torch.empty(rows * MAX_BARRIERS * WS_PARTS * split, dtype=torch.float32, device=device),
+                     torch.zeros(rows * (MAX_BARRIERS + 1), dtype=torch.int32, device=device))
+            self._workspaces[key] = found
+        return found
 
     @property
     def key(self) -> str:
@@ -145,7 +182,7 @@ class RegionKernel:
         extent = math.prod(values[number][k] for k in dims)
         per = self.config.xblock if self.config.reduction else self.config.block
         out_shapes = tuple(values[v] for v in self.out_numbers)
-        launch = _Launch((-(-extent // per),) if extent else (0,), ints, out_shapes)
+        launch = _Launch((-(-extent // per) * self.config.split,) if extent else (0,), ints, out_shapes)
         self._launches[shapes] = launch
         return launch
 
@@ -160,6 +197,14 @@ class RegionKernel:
             if self._strided is None:
                 self._strided = self.strided()
             return self._strided(*inputs, out=out, device=device)
+        if self.alternatives is not None and inputs and inputs[0].is_cuda:
+            shapes = tuple(tuple(x.shape) for x in inputs)
+            best = self._tuned.get(shapes)
+            if best is None and not torch.cuda.is_current_stream_capturing():
+                self._tuned[shapes] = self  # while timing, this kernel launches as itself
+                best = self._tuned[shapes] = self._tune(inputs)
+            if best is not None and best is not self:
+                return best(*inputs, out=out, device=device)
         launch = self._launch(tuple(tuple(x.shape) for x in inputs))
         dev = device or (inputs[0].device if inputs else torch.device("cpu"))
         outs = []
@@ -170,7 +215,8 @@ class RegionKernel:
             strides = [0 if inputs[i].shape[k] == 1 else inputs[i].stride(k) for i, k in self.strides]
             cfg = self.config
             blocks = dict(XBLOCK=cfg.xblock, RBLOCK=cfg.rblock) if cfg.reduction else dict(BLOCK=cfg.block)
-            self.fn[launch.grid](*inputs, *outs, *launch.ints, *strides, num_warps=cfg.num_warps, **blocks)
+            extra = self._workspace(launch.grid[0] // cfg.split, dev) if cfg.split > 1 else ()
+            self.fn[launch.grid](*inputs, *outs, *extra, *launch.ints, *strides, num_warps=cfg.num_warps, **blocks)
         return outs
 
 
@@ -189,6 +235,10 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
         tuple(t.type for t in em.values), tuple(number[id(t)] for t in outputs), em.inplace_ok(), cache_dir)
     if not strided:
         kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir, strided=True)
+        others = candidate_configs(em)[1:] if config is None else []
+        if others:
+            kernel.alternatives = lambda: [region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir)
+                                           for c in others]
     return kernel
 
 

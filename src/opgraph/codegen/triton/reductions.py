@@ -99,8 +99,19 @@ def _prod(op: Operation, em: RegionEmitter, index: Index) -> str:
 
 
 def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
-    """(mean, population variance) of input 0 over the reduced dims: two passes, for accuracy."""
+    """(mean, population variance) of input 0 over the reduced dims: two passes over registers in a persistent
+    kernel; one pass over memory in a looped one, with sums shifted by the row's first element (which keeps
+    the cancellation of E[x^2] - E[x]^2 to the spread of the row, not its offset)."""
     n = em.reduced_count()
+    if em.config.looped:
+        shift = em.value(op.inputs[0], em.row_start())
+        d = lambda v: f"({v} - {shift})"  # noqa: E731
+        s1, s2 = em.stats(op, "shifted", [("sum", _element(em, op, d), ct),
+                                          ("sum", _element(em, op, lambda v: f"{d(v)} * {d(v)}"), ct)])
+        m1 = em.bind_row(f"{s1} / {n}", "m1")
+        mean = em.bind_row(f"{shift} + {m1}", "mean")
+        raw = em.bind_row(f"{s2} / {n} - {m1} * {m1}", "raw")
+        return mean, em.bind_row(f"tl.where({raw} < 0.0, 0.0, {raw})", "var")  # rounding below 0; NaN stays
     (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
     mean = em.bind_row(f"{s} / {n}", "mean")
     (q,) = em.stats(op, "centred", [("sum", _element(em, op, lambda v: f"({v} - {mean}) * ({v} - {mean})"), ct)])
@@ -148,6 +159,8 @@ def _logical(is_and: bool) -> Callable[[Operation, RegionEmitter, Index], str]:
 # ---- composite ops: full-shaped results written from row statistics ------------------------------------
 def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     ct = _float_input(op)
+    if em.config.looped:  # one pass over memory instead of two
+        return em.online_softmax(op, _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)
     (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
     (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
     return m, s

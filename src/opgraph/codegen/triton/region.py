@@ -17,6 +17,7 @@ Dynamic sizes are kernel arguments, resolved at launch from the input shapes.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from .expr import ExprContext, NotExpressible, compute_type, expression, storage
 from .reductions import FULL_SHAPED, REDUCTIONS
 
 Index = tuple[str, ...]
-PERSISTENT_MAX = 8192  # reduced elements a program keeps in registers
+PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
 _NEUTRAL = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")'}
 _INT_NEUTRAL = {"sum": "0", "prod": "1", "max": "-2147483648", "min": "2147483647"}
 
@@ -63,6 +64,7 @@ class Config:
     rblock: int = 1
     looped: bool = False
     num_warps: int = 4
+    split: int = 1  # programs sharing a row (a power of two): each keeps a chunk, statistics meet in memory
 
 
 class RegionEmitter:
@@ -89,6 +91,7 @@ class RegionEmitter:
         self.rdep: set[str] = set()  # names whose value varies along the reduced dims
         self.loaded_at: dict[int, set[Index | None]] = {}  # input -> indices relative to the domain
         self.counter = 0
+        self.barriers = 0
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -101,8 +104,8 @@ class RegionEmitter:
             self.domain = self._anchor()
             self.raxes = ()
         self.xaxes = tuple(k for k in range(self.domain.rank) if k not in self.raxes)
-        self.config = config or default_config(self)
         self.reductions = reductions
+        self.config = config or default_config(self)
 
     # ---- checks ------------------------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -337,6 +340,8 @@ class RegionEmitter:
                 v = fn(idx)
                 names.append(self._reduce_tile(kind, f"tl.where({self.scope.mask}, {v}, {self._neutral(kind, ct)})",
                                                ct))
+            if self.config.split > 1:
+                names = self._meet(names, parts)
         else:
             accs = []
             for kind, _, ct in parts:
@@ -353,6 +358,60 @@ class RegionEmitter:
             names = [self._reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
         self.top.memo[memo_key] = ",".join(names)
         return names
+
+    def _meet(self, partials: list[str], parts: list[tuple[str, Callable[[Index], str], str]]) -> list[str]:
+        """Combine the partial statistics of the programs sharing a row: each writes its partials to the
+        workspace, counts itself in at the row's barrier and waits for the others (they are resident: the
+        grid is dispatched in order and a row's programs are consecutive), then reduces all partials."""
+        split, nparts = self.config.split, len(parts)
+        group = self.barriers
+        self.barriers += 1
+        slot = self.fresh("ws")
+        self.emit(f"{slot} = ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split} + part")
+        for k, p in enumerate(partials):
+            self.emit(f"tl.store({slot} + {k * split} + tl.zeros([XBLOCK, 1], tl.int32), {p}.to(tl.float32))")
+        counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
+        self.emit("tl.debug_barrier()")  # every thread's partial is written before the (releasing) arrival
+        self.emit(f"tl.atomic_add({counter}, 1)")
+        self.emit(f"while tl.load({counter}, volatile=True) < {split}:")  # plain L2 reads: no atomic traffic
+        self.emit("    pass")
+        out = []
+        base = f"ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split}"
+        for k, (kind, _, ct) in enumerate(parts):
+            every = self.fresh("all")
+            self.emit(f"{every} = tl.load({base} + {k * split} + tl.arange(0, {split})[None, :], "
+                      f"cache_modifier=\".cg\")")
+            out.append(self._reduce_tile(kind, every, ct))
+        if nparts > WS_PARTS or self.barriers > MAX_BARRIERS:
+            raise NotExpressible("too many statistics for a split reduction")
+        return out
+
+    def online_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
+        """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
+        running max grows (looped kernels; a persistent kernel has the row in registers anyway)."""
+        memo_key = ("stats", id(op), "online")
+        found = self.top.memo.get(memo_key)
+        if found is not None:
+            m, s = found.split(",")
+            return m, s
+        am, asum = self.fresh("accm"), self.fresh("accs")
+        self.emit(f"{am} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {ct})")
+        self.emit(f"{asum} = tl.zeros([XBLOCK, RBLOCK], {ct})")
+        loop = self.open_loop()
+        v = fn(self.domain_index())
+        v = self.bind(f"tl.where({loop.mask}, {v}, float(\"-inf\"))", "o")
+        new = self.fresh("nm")
+        self.emit(f"{new} = tl.maximum({am}, {v})")
+        # lanes still at -inf (nothing seen yet) keep a zero sum; exp(-inf - -inf) would be NaN
+        self.emit(f"{asum} = {asum} * tl.where({new} == float(\"-inf\"), 0.0, tl.exp({am} - {new})) + "
+                  f"tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new}))")
+        self.emit(f"{am} = {new}")
+        self.close_loop()
+        m = self._reduce_tile("max", am, ct)
+        scale = f"tl.where({am} == float(\"-inf\"), 0.0, tl.exp({am} - {m}))"
+        s = self._reduce_tile("sum", f"{asum} * {scale}", ct)
+        self.top.memo[memo_key] = f"{m},{s}"
+        return m, s
 
     def _neutral(self, kind: str, ct: str) -> str:
         if "float" in ct:
@@ -448,7 +507,12 @@ class RegionEmitter:
                 self.emit(line)
         else:
             xnumel = ix.product([self.dsize(k) for k in self.xaxes])
-            self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+            if cfg.split > 1:
+                self.emit(f"row = {pid} // {cfg.split}")
+                self.emit(f"part = {pid} % {cfg.split}")
+                self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
+            else:
+                self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
             self.emit(f"xmask = xi < {xnumel}")
             xs = ix.delinearize("xi", [self.dsize(k) for k in self.xaxes])
             row = [""] * self.domain.rank
@@ -458,7 +522,8 @@ class RegionEmitter:
                 row[k] = "0"
             self.top.memo[("rowindex",)] = ",".join(row)
             if not cfg.looped:
-                self.emit("ri = tl.arange(0, RBLOCK)[None, :]")
+                self.emit("ri = part * RBLOCK + tl.arange(0, RBLOCK)[None, :]" if cfg.split > 1
+                          else "ri = tl.arange(0, RBLOCK)[None, :]")
                 self.rdep.add("ri")
                 self.emit(f"mask = xmask & (ri < {self._rnumel})")
                 self.rdep.add("mask")
@@ -476,7 +541,15 @@ class RegionEmitter:
                     self.emit(line)
                 if cfg.looped:
                     self.close_loop()
+            if cfg.split > 1 and self.barriers:  # the row's last program resets its counters for the next launch
+                done = f"cnt + row * {MAX_BARRIERS + 1} + {MAX_BARRIERS}"
+                self.emit(f"if tl.atomic_add({done}, 1) == {cfg.split - 1}:")
+                for g in range(self.barriers):
+                    self.emit(f"    tl.atomic_xchg(cnt + row * {MAX_BARRIERS + 1} + {g}, 0)")
+                self.emit(f"    tl.atomic_xchg({done}, 0)")
         params = [f"in{i}" for i in range(len(self.inputs))] + [f"out{j}" for j in range(len(self.outputs))]
+        if cfg.split > 1:
+            params += ["ws", "cnt"]
         params += sorted(self.symbols) + sorted(self.strides)
         params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"] if cfg.reduction else ["BLOCK: tl.constexpr"]
         header = [
@@ -491,6 +564,10 @@ class RegionEmitter:
             f"def {KERNEL_NAME}({', '.join(params)}):",
         ]
         return "\n".join(header + self.top.lines) + "\n"
+
+    def row_start(self) -> Index:
+        """The domain index of the first element of the current rows (reduced dims at 0)."""
+        return self._row_index()
 
     def canonical_index(self, op: Operation) -> Index:
         """The row index of a reduction's (non-full) output."""
@@ -512,6 +589,8 @@ class RegionEmitter:
 
 
 KERNEL_NAME = "fused_region"
+MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
+WS_PARTS = 4  # statistics per group
 
 
 def generated(op: Operation) -> bool:
@@ -540,23 +619,55 @@ def _broadcasts(shape: Sequence[int | None], to: Sequence[int | None]) -> bool:
 
 
 def default_config(em: RegionEmitter) -> Config:
-    """Block sizes from the domain: flat kernels take 1024 elements a program; a reduction keeps its rows in
-    registers up to ``PERSISTENT_MAX`` elements and otherwise loops in steps of up to 4096."""
-    if not em.raxes and not any(op.op.fusion is FusionKind.REDUCTION for op in em.ops):
-        return Config(reduction=False, block=1024, num_warps=4)
+    """The first of ``candidate_configs``: what runs before (or without) tuning."""
+    return candidate_configs(em)[0]
+
+
+def candidate_configs(em: RegionEmitter) -> list[Config]:
+    """Launch configurations worth timing for this region, the heuristic choice first (rules of thumb from
+    sweeps on an H200; ``RegionKernel`` times them on first launch). Flat kernels take 1024 elements a
+    program. A reduction keeps its rows in registers up to ``PERSISTENT_MAX`` elements (8-64 a thread);
+    longer rows are walked in steps (looped) or, for float32 statistics, split across programs."""
+    if not em.reductions:
+        return [Config(reduction=False, block=1024, num_warps=4)]
     rsizes = [em.domain.shape[k] for k in em.raxes]
     rnumel = math.prod(d for d in rsizes if d is not None) if all(d is not None for d in rsizes) else None
     inner_reduced = (em.domain.rank - 1) in em.raxes
+    looped = Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)
+    if not inner_reduced:  # column reductions: rows of the tile run along the contiguous dim
+        if rnumel is not None and rnumel <= 64:
+            rblock = max(2, 1 << (rnumel - 1).bit_length())
+            return [Config(reduction=True, xblock=max(1, min(128, 4096 // rblock)), rblock=rblock, num_warps=4)]
+        return [Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8),
+                Config(reduction=True, xblock=128, rblock=16, looped=True, num_warps=8)]
     if rnumel is not None and rnumel <= PERSISTENT_MAX:
         rblock = max(2, 1 << (rnumel - 1).bit_length())
-        xblock = 1 if inner_reduced else max(1, min(64, 4096 // rblock))
-        if inner_reduced:
-            xblock = max(1, min(16, 2048 // rblock))
-        warps = 4 if rblock * xblock <= 2048 else 8 if rblock * xblock <= 4096 else 16
-        return Config(reduction=True, xblock=xblock, rblock=rblock, looped=False, num_warps=warps)
-    if inner_reduced:
-        return Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)
-    return Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8)
+        xblock = max(1, min(16, 2048 // rblock))
+        per = rblock * xblock
+        out = [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=min(16, max(4, per // 512)))]
+        for warps in (4, 8, 16, 32):
+            if warps != out[0].num_warps and 4 <= per // (32 * warps) <= 64:
+                out.append(Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=warps))
+        if rblock <= 4096:
+            out.append(Config(reduction=True, xblock=xblock * 2, rblock=rblock, num_warps=out[0].num_warps))
+        if rnumel > 8192:
+            out.append(looped)
+        return out
+    out = [looped]
+    if rnumel is not None and _splittable(em):
+        for chunk, warps in ((16384, 4), (8192, 4)):
+            split = 1 << (-(-rnumel // chunk) - 1).bit_length()
+            rblock = 1 << (-(-rnumel // split) - 1).bit_length()
+            out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
+    return out
+
+
+def _splittable(em: RegionEmitter) -> bool:
+    """Split rows across programs only on a GPU (the interpreter runs programs one at a time, so a program
+    waiting for its row's others would wait forever) and for floating statistics (the workspace is float32)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in em.reductions)
 
 
 def region_types(em: RegionEmitter) -> tuple[list[TensorType], list[TensorType]]:

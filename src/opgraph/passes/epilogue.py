@@ -1,0 +1,99 @@
+"""Matmul epilogues: matmul -> add(1-D bias) [-> relu | gelu] becomes one ``matmul_epilogue`` op.
+
+The GEMM stays with the vendor library; the bias (and the activation where cuBLASLt computes exactly
+opgraph's function) rides in its epilogue instead of a second kernel that rereads the product. It matches
+``og.nn.Linear``'s ``x @ transpose(w) + b`` (the transpose is a view that ``addmm`` reads as is). Values
+inside the chain must have no other reader and not be outputs; the fused op stands where the chain's
+last op stood and takes its name. ``CompilationDescriptor(matmul_epilogues=False)`` turns the pass off (benchmarks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..core.dtype import FLOAT_DTYPES
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ops.activation import GELU, RELU, GeluApproximation
+from ..ops.elementwise import ADD
+from ..ops.epilogue import MATMUL_EPILOGUE, EpilogueActivation, MatmulEpilogueAttrs
+from ..ops.linalg import MATMUL
+from .program import Program, rewrite
+
+
+@dataclass
+class _Chain:
+    ops: list[Operation]  # matmul, add, and the activation if any
+    bias_index: int  # which input of the add is the bias
+    activation: EpilogueActivation
+
+
+def _activation_of(op: Operation) -> EpilogueActivation | None:
+    if op.op is RELU:
+        return EpilogueActivation.RELU
+    if op.op is GELU:
+        tanh = op.attrs.approximate is GeluApproximation.TANH
+        return EpilogueActivation.GELU_TANH if tanh else EpilogueActivation.GELU
+    return None
+
+
+def _chains(program: Program) -> list[_Chain]:
+    readers: dict[int, list[Operation]] = {}
+    for op in program.graph.ops:
+        for t in op.inputs:
+            readers.setdefault(id(t), []).append(op)
+    outputs = {id(t) for t in program.outputs}
+
+    def only_reader(t: Tensor) -> Operation | None:
+        r = readers.get(id(t), [])
+        return r[0] if len(r) == 1 and id(t) not in outputs else None
+
+    chains = []
+    for op in program.graph.ops:
+        if op.op is not MATMUL:
+            continue
+        x, w = op.inputs
+        y = op.outputs[0]
+        if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES:
+            continue
+        add = only_reader(y)
+        if add is None or add.op is not ADD or add.inputs[0] is add.inputs[1]:
+            continue
+        k = 1 if add.inputs[0] is y else 0
+        bias = add.inputs[k]
+        n = y.shape[-1]
+        if n is None or bias.shape != (n,) or bias.dtype is not y.dtype or add.outputs[0].type != y.type:
+            continue  # the bias must broadcast over the last dim only, without promotion
+        chain = _Chain([op, add], k, EpilogueActivation.NONE)
+        nxt = only_reader(add.outputs[0])
+        act = _activation_of(nxt) if nxt is not None else None
+        if nxt is not None and act is not None:
+            chain.ops.append(nxt)
+            chain.activation = act
+        chains.append(chain)
+    return chains
+
+
+def fuse_matmul_epilogues(program: Program) -> Program:
+    """Replace each matmul -> bias add [-> relu/gelu] chain by one ``matmul_epilogue`` op."""
+    chain_of = {id(o): c for c in _chains(program) for o in c.ops}
+    if not chain_of:
+        return program
+    mapped: dict[int, list[Tensor]] = {}  # id(old op) -> its inputs in the new graph
+
+    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor] | None:
+        c = chain_of.get(id(op))
+        if c is None:
+            return None
+        mapped[id(op)] = ins
+        if op is not c.ops[-1]:
+            return ins[:1]  # a stand-in until the chain's last op: nothing outside the chain reads it
+        x, w = mapped[id(c.ops[0])]
+        bias = mapped[id(c.ops[1])][c.bias_index]
+        a = MatmulEpilogueAttrs(c.activation, True, tuple(o.name for o in c.ops))
+        return g._add_op(MATMUL_EPILOGUE, [x, w, bias], a, op.name)
+
+    return rewrite(program, fn)
+
+
+__all__ = ["fuse_matmul_epilogues"]
