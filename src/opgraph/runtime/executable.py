@@ -114,7 +114,7 @@ class Executable:
         launches = len(self.kernels())
         copied = sum(a.numel() * a.element_size() for a in args) + sum(
             math.prod(int(d or 0) for d in t.shape) * t.dtype.itemsize for t in self.output_types_)
-        if copied / COPY_BYTES_PER_US > launches * LAUNCH_US:  # a replay copies inputs in and outputs out
+        if launches == 0 or copied / COPY_BYTES_PER_US > launches * LAUNCH_US:  # replays copy inputs and outputs
             self._cuda_graph = None
             self.cuda_graph_status = (f"off: copying {copied / 2**20:.0f} MiB of inputs and outputs per replay "
                                       f"would cost more than {launches} kernel launches save")
