@@ -12,7 +12,7 @@ outside readers would come first), (3) none of its other inputs depends on that 
 (4) it fits the region's domain: all reductions of a region reduce the same input shape over the same
 axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
 region, so no work is duplicated. Views at a region's end are left to PyTorch (free there), and a
-region with fewer than two computing ops is not worth a kernel.
+region needs two computing ops, or a normalisation (softmax, norms), to be worth a kernel.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     bodies: dict[int, tuple[list[Operation], list[Tensor], list[Tensor]]] = {}
     for r, region in enumerate(regions):
         body = _trim(region.ops, readers)
-        if sum(o.op.fusion is not FusionKind.INJECTIVE for o in body) < 2:
+        if not _worth_a_kernel(body):
             continue
         members = {id(o) for o in body}
         ext: list[Tensor] = []
@@ -216,6 +216,14 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
 
 
 _FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+
+
+def _worth_a_kernel(body: list[Operation]) -> bool:
+    """Two or more computing ops, or one normalisation (a reduction shaped like its input: softmax, norms),
+    whose generated kernel keeps the row in registers where PyTorch's makes several passes."""
+    computing = [o for o in body if o.op.fusion is not FusionKind.INJECTIVE]
+    return len(computing) >= 2 or any(o.op.fusion is FusionKind.REDUCTION and o.outputs[0].type == o.inputs[0].type
+                                      for o in computing)
 
 
 def _trim(body: list[Operation], readers: dict[int, list[Operation]]) -> list[Operation]:

@@ -22,6 +22,8 @@ def can_fuse(op: Operation) -> bool:
     """An op the generator can write: elementwise with an expression, injective with an index rule, or a
     reduction with a recipe, at dtypes the generator handles."""
     kind = op.op.fusion
+    if any(d == 0 for t in (*op.inputs, *op.outputs) for d in t.shape):
+        return False  # empty values: no work for a kernel to do
     if kind is FusionKind.ELEMENTWISE:
         if op.op not in EXPRESSIONS:
             return False

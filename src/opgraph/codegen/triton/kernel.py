@@ -124,7 +124,7 @@ class RegionKernel:
     def _tune(self, inputs: Sequence[torch.Tensor]) -> RegionKernel:
         """The fastest of this kernel and its alternatives on these inputs (CUDA events, a few launches each;
         outputs go to fresh buffers, so a caller's ``out=`` buffer is never written twice)."""
-        if math.prod(inputs[0].shape) < TUNE_MIN_ELEMENTS:
+        if max(math.prod(x.shape) for x in inputs) < TUNE_MIN_ELEMENTS:
             return self
         timed: list[tuple[float, int, RegionKernel]] = []
         for k in [self, *self.alternatives()]:

@@ -1,12 +1,15 @@
 # mypy: allow-untyped-defs
-"""``@triton.jit`` helpers that generated kernels import: math that ``tl`` lacks, written with the
-primitives ``tl`` has (exp, log, sqrt, floor, erf ...) so it also runs under the interpreter
-(``TRITON_INTERPRET=1``), where libdevice is unavailable.
+"""``@triton.jit`` helpers that generated kernels import: math that ``tl`` lacks.
 
-Formulas are chosen for accuracy near zero (Kahan's expm1/log1p) and at the ends of the range.
+Under Triton's interpreter (``TRITON_INTERPRET=1``, where libdevice is unavailable) they are written with
+the primitives ``tl`` has (exp, log, sqrt, floor, erf ...), with formulas chosen for accuracy near zero
+(Kahan's expm1/log1p) and at the ends of the range. Compiled for a GPU, the transcendental ones are
+libdevice's and bfloat16 rounding is the conversion instruction (the sources stay the same).
 """
 
 from __future__ import annotations
+
+import os
 
 import triton
 import triton.language as tl
@@ -15,13 +18,19 @@ _PI = 3.141592653589793
 _LN2 = 0.6931471805599453
 
 
-@triton.jit
-def og_to_bf16(x):
-    # float32 -> bfloat16 rounding to nearest even by hand: Triton's interpreter truncates instead
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    r = tl.where(x != x, x, u.to(tl.float32, bitcast=True))
-    return r.to(tl.bfloat16)
+if os.environ.get("TRITON_INTERPRET") == "1":
+    @triton.jit
+    def og_to_bf16(x):
+        # float32 -> bfloat16 rounding to nearest even by hand: Triton's interpreter truncates instead
+        u = x.to(tl.uint32, bitcast=True)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+        r = tl.where(x != x, x, u.to(tl.float32, bitcast=True))
+        return r.to(tl.bfloat16)
+else:
+    @triton.jit
+    def og_to_bf16(x):
+        # on a GPU the conversion instruction rounds to nearest even itself (and costs one instruction)
+        return x.to(tl.bfloat16)
 
 
 @triton.jit
@@ -202,3 +211,55 @@ def og_popcount(v):
 def og_mul(a, b):
     # the combine function of product reductions (tl.reduce)
     return a * b
+
+
+if os.environ.get("TRITON_INTERPRET") != "1":  # compiled for a GPU: libdevice's versions (accurate, and cheaper)
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def og_tanh(x):
+        return libdevice.tanh(x)
+
+    @triton.jit
+    def og_expm1(x):
+        return libdevice.expm1(x)
+
+    @triton.jit
+    def og_log1p(x):
+        return libdevice.log1p(x)
+
+    @triton.jit
+    def og_sinh(x):
+        return libdevice.sinh(x)
+
+    @triton.jit
+    def og_cosh(x):
+        return libdevice.cosh(x)
+
+    @triton.jit
+    def og_atan(x):
+        return libdevice.atan(x)
+
+    @triton.jit
+    def og_atan2(y, x):
+        return libdevice.atan2(y, x)
+
+    @triton.jit
+    def og_asin(x):
+        return libdevice.asin(x)
+
+    @triton.jit
+    def og_acos(x):
+        return libdevice.acos(x)
+
+    @triton.jit
+    def og_asinh(x):
+        return libdevice.asinh(x)
+
+    @triton.jit
+    def og_acosh(x):
+        return libdevice.acosh(x)
+
+    @triton.jit
+    def og_atanh(x):
+        return libdevice.atanh(x)
