@@ -57,11 +57,12 @@ def test_linear_chain_becomes_one_op_and_matches_unfused(dtype: og.DType, act: s
         return y
 
     fused, plain = _compile(build, (6, 3), dtype)
-    assert _ops(fused) == ["transpose", "matmul_epilogue"], fused.program.graph
+    absorbed = act not in ("none", "gelu")  # erf gelu stays its own op (measured faster that way)
+    assert _ops(fused) == ["transpose", "matmul_epilogue"] + ([] if absorbed or act == "none" else [act])
     (op,) = [o for o in fused.program.graph.ops if o.op.name == "matmul_epilogue"]
-    assert op.attrs.activation.value == act and op.attrs.has_bias
-    assert len(op.attrs.names) == (2 if act == "none" else 3)
-    if act != "none":
+    assert op.attrs.activation.value == (act if absorbed else "none") and op.attrs.has_bias
+    assert len(op.attrs.names) == (3 if absorbed else 2)
+    if absorbed:
         assert op.name == "out" and op.attrs.names[-1] == "out"  # the chain's last name survives
     x = torch.randn(6, 3, dtype=dtype.torch_dtype) * 3
     x[2, 1] = float("nan")  # NaN rows stay NaN, as unfused

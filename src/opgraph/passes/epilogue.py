@@ -31,9 +31,10 @@ class _Chain:
 def _activation_of(op: Operation) -> EpilogueActivation | None:
     if op.op is RELU:
         return EpilogueActivation.RELU
-    if op.op is GELU:
-        tanh = op.attrs.approximate is GeluApproximation.TANH
-        return EpilogueActivation.GELU_TANH if tanh else EpilogueActivation.GELU
+    if op.op is GELU and op.attrs.approximate is GeluApproximation.TANH:
+        return EpilogueActivation.GELU_TANH
+    # erf gelu stays a separate op: cuBLASLt's GELU epilogue is the tanh form, and addmm + a gelu kernel (which
+    # may fuse with what follows) beat addmm + gelu inside one op (benchmarks/epilogue.py, H200, RESULTS.md)
     return None
 
 
