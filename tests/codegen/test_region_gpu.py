@@ -85,3 +85,24 @@ def test_split_reduction_replays_in_a_cuda_graph(case: str) -> None:
         static[0].copy_(torch.randn(4, 70000, device="cuda") * (k + 1))
         for got in (kernel(*args)[0], (graph.replay(), out)[1]):
             torch.testing.assert_close(got, plain.run(static)[0], rtol=1e-5, atol=1e-5)
+
+
+INJECTIVE: dict[str, Callable[..., og.Tensor]] = {
+    "transpose_softmax": lambda g, x: g.softmax(g.transpose(x, (1, 0)) * 2.0, -1),
+    "reshape_chain": lambda g, x: g.tanh(g.reshape(g.exp(x * 0.1), (-1, 4)) + 1.0),
+    "slice_reverse": lambda g, x: g.sigmoid(g.reverse(g.slice(x, [1, 0], [-1, 60], [2, 3]), [1]) * 3.0),
+    "broadcast_norm": lambda g, x: g.layer_norm(g.broadcast_to(g.expand_dims(x[0] * 2.0, 0), (5, 64)) + x, [1]),
+}
+
+
+@pytest.mark.parametrize("dt", [og.float32, og.bfloat16])
+@pytest.mark.parametrize("case", sorted(INJECTIVE))
+def test_injective_regions_match_unfused(case: str, dt: og.DType) -> None:
+    g = og.Graph()
+    x = g.placeholder((5, 64), dt)
+    y = INJECTIVE[case](g, x)
+    v = torch.randn(5, 64).to(dt.torch_dtype).cuda()
+    fused = g.compile({x: x.type}, [y], device="cuda", descriptor=FUSED)
+    plain = g.compile({x: x.type}, [y], device="cuda", descriptor=PLAIN)
+    assert any(k.op == "fused_region" for k in fused.kernels())
+    torch.testing.assert_close(fused.run([v])[0].float(), plain.run([v])[0].float(), **TOL[dt])
