@@ -15,8 +15,9 @@ the copy bandwidth, all measured in the same run. Sections (``--only``, comma-se
 directly); ``og+graph ms``: the same replayed from a CUDA graph (the default), whose static buffers cost a
 copy in and a copy out per run. ``kernels (generated)``: kernels a run launches. GB/s counts the inputs read
 once and the output written once; ``of copy`` divides it by the copy bandwidth; ``vs X`` is X ms / opgraph
-ms (> 1: opgraph faster). Times: medians of ``--repeats`` interleaved calls (CUDA events on a GPU) after
-``--warmup`` ones; torch.compile's compiling is left out (its seconds are in the log and the JSON). Each
+ms (> 1: opgraph faster). Times: medians of ``--repeats`` interleaved calls after ``--warmup`` ones; on a
+GPU, device time with a cold L2 (each call queued behind an L2-evicting memset and a spinning kernel, so
+host launch work overlaps; the ``tiny`` section measures the host side); torch.compile's compiling is left out (its seconds are in the log and the JSON). Each
 opgraph result is checked once against PyTorch in float32: a failing row says FAIL and the exit status is 1.
 On the CPU fused kernels run in Triton's interpreter, far too slow for real sizes: the CPU takes --quick only.
 
@@ -125,13 +126,23 @@ def descriptor(dev: og.Device, cuda_graphs: bool = True) -> og.CompilationDescri
     return og.CompilationDescriptor(fusion=True, triton_interpret=dev.kind == "cpu", cuda_graphs=cuda_graphs)
 
 
+_FLUSH: dict[str, torch.Tensor] = {}
+SLEEP_CYCLES = 1_000_000  # ~0.5 ms of a spinning kernel: longer than any callee's host-side work
+
+
 def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Milliseconds of each call (CUDA events on a GPU): ``warmup`` untimed rounds, then ``repeats`` rounds,
-    the order rotating so that no function always runs first."""
+    """Milliseconds of each call: ``warmup`` untimed rounds, then ``repeats`` rounds, the order rotating so
+    that no function always runs first. On a GPU this is device time with a cold L2, as ``triton.testing``
+    measures it: each call is queued behind a 256 MiB memset (which evicts the L2) and a spinning kernel
+    (so the host's launch work happens while the GPU is busy), between CUDA events. Host-side cost is what
+    the ``tiny`` section measures."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     dev.synchronize()
+    flush = None
+    if dev.is_cuda:
+        flush = _FLUSH.setdefault(str(dev.torch), torch.empty(64 * 2**20, dtype=torch.float32, device=dev.torch))
     start, end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if dev.is_cuda \
         else (None, None)
     samples: dict[str, list[float]] = {k: [] for k in fns}
@@ -139,7 +150,9 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
     for r in range(repeats if fns else 0):
         for k in order[r % len(order):] + order[:r % len(order)]:
             t0 = time.perf_counter()
-            if start is not None and end is not None:
+            if start is not None and end is not None and flush is not None:
+                flush.zero_()
+                torch.cuda._sleep(SLEEP_CYCLES)
                 start.record()
                 fns[k]()
                 end.record()

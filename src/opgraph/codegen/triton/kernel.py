@@ -182,7 +182,10 @@ class RegionKernel:
         extent = math.prod(values[number][k] for k in dims)
         per = self.config.xblock if self.config.reduction else self.config.block
         out_shapes = tuple(values[v] for v in self.out_numbers)
-        launch = _Launch((-(-extent // per) * self.config.split,) if extent else (0,), ints, out_shapes)
+        tiles = -(-extent // per)
+        if self.config.programs and not self.config.looped and self.config.split == 1:
+            tiles = min(tiles, self.config.programs)
+        launch = _Launch((tiles * self.config.split,) if extent else (0,), ints, out_shapes)
         self._launches[shapes] = launch
         return launch
 

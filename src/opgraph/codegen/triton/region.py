@@ -65,6 +65,8 @@ class Config:
     looped: bool = False
     num_warps: int = 4
     split: int = 1  # programs sharing a row (a power of two): each keeps a chunk, statistics meet in memory
+    programs: int = 0  # > 0: that many programs loop over the tiles (loads of the next tile overlap this one's)
+    stages: int = 2  # software-pipelining depth of that loop
 
 
 class RegionEmitter:
@@ -494,7 +496,8 @@ class RegionEmitter:
         numel = ix.product([self.dsize(k) for k in range(self.domain.rank)])
         static_numel = ix.is_int(numel)
         wide = not static_numel or int(numel) >= 2**31 - 2**20
-        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        looping = cfg.programs > 0 and cfg.split == 1 and not cfg.looped
+        pid = "tile" if looping else "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.top = self.scope = _Scope(mask="mask")
         self.loaded_at.clear()
         if not cfg.reduction:
@@ -547,6 +550,14 @@ class RegionEmitter:
                 for g in range(self.barriers):
                     self.emit(f"    tl.atomic_xchg(cnt + row * {MAX_BARRIERS + 1} + {g}, 0)")
                 self.emit(f"    tl.atomic_xchg({done}, 0)")
+        body = self.top.lines
+        if looping:  # a grid of ``programs`` walks the tiles; tl.range pipelines the next tile's loads
+            per = "BLOCK" if not cfg.reduction else "XBLOCK"
+            extent = numel if not cfg.reduction else ix.product([self.dsize(k) for k in self.xaxes])
+            first = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+            body = [f"    tiles = ({extent} + {per} - 1) // {per}",
+                    f"    for tile in tl.range({first}, tiles, tl.num_programs(0), num_stages={cfg.stages}):",
+                    *("    " + line for line in body)]
         params = [f"in{i}" for i in range(len(self.inputs))] + [f"out{j}" for j in range(len(self.outputs))]
         if cfg.split > 1:
             params += ["ws", "cnt"]
@@ -563,7 +574,7 @@ class RegionEmitter:
             "@triton.jit",
             f"def {KERNEL_NAME}({', '.join(params)}):",
         ]
-        return "\n".join(header + self.top.lines) + "\n"
+        return "\n".join(header + body) + "\n"
 
     def row_start(self) -> Index:
         """The domain index of the first element of the current rows (reduced dims at 0)."""
@@ -652,6 +663,11 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             out.append(Config(reduction=True, xblock=xblock * 2, rblock=rblock, num_warps=out[0].num_warps))
         if rnumel > 8192:
             out.append(looped)
+        row_bytes = rblock * max(int(t.dtype.itemsize) for t in em.inputs) if em.inputs else 0
+        sms = _multiprocessors()
+        if rnumel >= 16384 and sms and row_bytes <= 65536:  # long 16-bit rows: a grid that pipelines row loads
+            out += [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=w, programs=2 * sms, stages=3)
+                    for w in (8, 16)]
         return out
     out = [looped]
     if rnumel is not None and _splittable(em):
@@ -660,6 +676,15 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
             out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
     return out
+
+
+def _multiprocessors() -> int:
+    """Streaming multiprocessors of the current CUDA device (0 without one, or under the interpreter)."""
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return 0
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
 
 
 def _splittable(em: RegionEmitter) -> bool:
