@@ -141,7 +141,10 @@ def _extremum(is_max: bool, propagate_nan: bool) -> Callable[[Operation, RegionE
         flag = (lambda v: f"({v} != {v}).to(tl.int32)") if propagate_nan else (lambda v: f"({v} == {v}).to(tl.int32)")
         r, f = em.stats(op, kind, [(kind, _element(em, op, lambda v: _nan_free(v, fill)), ct),
                                    ("max", _element(em, op, flag), "tl.int32")])
-        return f"tl.where({f} > 0, float(\"nan\"), {r})" if propagate_nan else f"tl.where({f} > 0, {r}, float(\"nan\"))"
+        if propagate_nan:
+            return f"tl.where({f} > 0, float(\"nan\"), {r})"
+        # NaN only when the elements are all NaN; an empty slice gives the neutral -inf / +inf
+        return f"tl.where(({f} > 0) | ({em.reduced_count()} == 0), {r}, float(\"nan\"))"
 
     return value
 
@@ -160,7 +163,7 @@ def _logical(is_and: bool) -> Callable[[Operation, RegionEmitter, Index], str]:
 def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     ct = _float_input(op)
     if em.config.looped:  # one pass over memory instead of two
-        return em.online_softmax(op, _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)
+        return em.online_softmax(op, _element(em, op), ct)
     (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
     (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
     return m, s

@@ -91,6 +91,7 @@ class RegionEmitter:
         self.symbols: dict[str, tuple[int, int]] = {}  # size argument -> (value number, dim)
         self.strides: dict[str, tuple[int, int]] = {}  # stride argument -> (input, dim)
         self.rdep: set[str] = set()  # names whose value varies along the reduced dims
+        self.xdep: set[str] = {"offs", "xi", "xmask", "mask"}  # names that are tiles along the rows (or block)
         self.loaded_at: dict[int, set[Index | None]] = {}  # input -> indices relative to the domain
         self.counter = 0
         self.barriers = 0
@@ -171,6 +172,8 @@ class RegionEmitter:
         self.emit(f"{name} = {expr}")
         if self.depends_on_r(expr):
             self.rdep.add(name)
+        if self.depends_on_x(expr):
+            self.xdep.add(name)
         self.scope.memo[("expr", expr)] = name
         return name
 
@@ -178,6 +181,17 @@ class RegionEmitter:
 
     def depends_on_r(self, expr: str) -> bool:
         return any(tok in self.rdep for tok in _identifiers(expr))
+
+    def depends_on_x(self, expr: str) -> bool:
+        return any(tok in self.xdep for tok in _identifiers(expr))
+
+    def _fit(self, offset: str, need_r: bool) -> str:
+        """``offset`` widened by a zero tile to the shape a mask of the current scope has (a pointer must be as
+        wide as its mask and value: an offset like ``2`` or one along the reduced dims only is not)."""
+        has_x, has_r = self.depends_on_x(offset), self.depends_on_r(offset)
+        if (need_r and not (has_x and has_r)) or (not need_r and not has_x):
+            return ix.add(offset, self.zero(need_r)) if offset != "0" else self.zero(need_r)
+        return offset
 
     def tile(self, r_dependent: bool) -> str:
         if not self.config.reduction:
@@ -258,10 +272,9 @@ class RegionEmitter:
                 self.strides[name] = (i, k)
                 terms.append(ix.mul(e, name))
             offset = " + ".join(terms) if terms else "0"
-        if offset == "0":
-            offset = self.zero(False)
         r_dep = self.depends_on_r(offset)
         mask = self.scope.mask if (r_dep or not self.config.reduction) else "xmask"
+        offset = self._fit(offset, r_dep and self.config.reduction)
         load = f"tl.load(in{i} + {offset}, mask={mask})"
         reg = compute_type(t.dtype)
         if reg != storage_type(t.dtype):
@@ -270,6 +283,7 @@ class RegionEmitter:
         self.emit(f"{name} = {load}")
         if r_dep:
             self.rdep.add(name)
+        self.xdep.add(name)
         return name
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
@@ -288,6 +302,9 @@ class RegionEmitter:
             found = self.fresh("z")
             self.emit(f"{found} = tl.zeros([{self.tile(r_dependent)}], tl.int32)")
             self.scope.memo[key] = found
+            self.xdep.add(found)
+            if r_dependent and self.config.reduction:
+                self.rdep.add(found)
         return found
 
     def _relative(self, t: Tensor, index: Index) -> Index | None:
@@ -299,7 +316,8 @@ class RegionEmitter:
 
     # ---- what reductions use -----------------------------------------------------------------------------
     def reduced_count(self) -> str:
-        return ix.product([self.dsize(k) for k in self.raxes])
+        n = ix.product([self.dsize(k) for k in self.raxes])
+        return n if ix._ATOM.match(n) else f"({n})"
 
     def _row_dims(self, op: Operation, rank: int) -> list[int]:
         """The domain dim of each output dim of reduction ``op``."""
@@ -403,10 +421,11 @@ class RegionEmitter:
         v = fn(self.domain_index())
         v = self.bind(f"tl.where({loop.mask}, {v}, float(\"-inf\"))", "o")
         new = self.fresh("nm")
-        self.emit(f"{new} = tl.maximum({am}, {v})")
-        # lanes still at -inf (nothing seen yet) keep a zero sum; exp(-inf - -inf) would be NaN
+        self.emit(f"{new} = tl.maximum({am}, tl.where({v} != {v}, float(\"-inf\"), {v}))")
+        # lanes still at -inf (nothing seen yet) keep a zero sum (exp(-inf - -inf) would be NaN); a NaN element
+        # makes its lane's sum NaN, so the row's result is NaN as unfused
         self.emit(f"{asum} = {asum} * tl.where({new} == float(\"-inf\"), 0.0, tl.exp({am} - {new})) + "
-                  f"tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new}))")
+                  f"tl.where({v} != {v}, {v}, tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new})))")
         self.emit(f"{am} = {new}")
         self.close_loop()
         m = self._reduce_tile("max", am, ct)
@@ -479,10 +498,9 @@ class RegionEmitter:
         idx, conds, row_level = self.store_index(t)
         value = self.value(t, idx)
         offset = self._flat_offset(t, idx) if t.rank else "0"
-        r_dep = self.depends_on_r(offset) or self.depends_on_r(value)
-        if offset == "0" or (r_dep and not self.depends_on_r(offset)):
-            offset = ix.add(offset, self.zero(r_dep)) if offset != "0" else self.zero(r_dep)
+        r_dep = self.config.reduction and any(self.depends_on_r(e) for e in (offset, value, *conds))
         base = self.scope.mask if (r_dep or not self.config.reduction) else "xmask"
+        offset = self._fit(offset, r_dep)
         mask = " & ".join([base, *conds])
         return f"tl.store(out{j} + {offset}, {to_storage(value, t.dtype, t.dtype)}, mask={mask})"
 
@@ -535,6 +553,8 @@ class RegionEmitter:
                 REDUCTIONS[op.op].prepare(op, self)
             rows = [(j, t) for j, t in enumerate(self.outputs) if self.store_index(t)[2]]
             fulls = [(j, t) for j, t in enumerate(self.outputs) if (j, t) not in rows]
+            if not cfg.looped:  # one scope: every value is computed (and every input read) before any store
+                rows, fulls = [], rows + fulls
             for line in [self._store(j, t) for j, t in rows]:
                 self.emit(line)
             if fulls:
@@ -576,6 +596,12 @@ class RegionEmitter:
         ]
         return "\n".join(header + body) + "\n"
 
+    def _row_level(self, t: Tensor) -> bool:
+        try:
+            return self.store_index(t)[2]
+        except (NotExpressible, GraphError):
+            return True
+
     def row_start(self) -> Index:
         """The domain index of the first element of the current rows (reduced dims at 0)."""
         return self._row_index()
@@ -589,12 +615,13 @@ class RegionEmitter:
         """Pairs (input i, output j): the kernel reads input i only where it writes output j (same shape and
         dtype), so output j may be written into input i's buffer."""
         pairs = set()
+        early = self.config.looped or self.config.split > 1  # row outputs are stored while others still read
         for i, t in enumerate(self.inputs):
             seen = self.loaded_at.get(i, set())
             if not seen or None in seen:
                 continue
             for j, o in enumerate(self.outputs):
-                if o.type == t.type and t.type.is_static:
+                if o.type == t.type and t.type.is_static and not (early and self._row_level(o)):
                     pairs.add((i, j))
         return frozenset(pairs)
 
