@@ -60,7 +60,8 @@ def test_epilogue_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str], monk
     for r in results:
         assert r["eager_ms"] > 0 and r["addmm_ms"] > 0 and r["og_epilogue_ms"] > 0
         # the pass fired (erf gelu stays a separate op: measured faster)
-        assert r["notes"]["og epilogue"] == ("matmul_epilogue + gelu" if r["activation"] == "gelu" else "matmul_epilogue")
+        fused_ops = "matmul_epilogue + gelu" if r["activation"] == "gelu" else "matmul_epilogue"
+        assert r["notes"]["og epilogue"] == fused_ops
         assert r["torch_compile_ms"] is None and "skipped" in r["notes"]["torch.compile"]
         if importlib.util.find_spec("triton") is not None:
             assert r["og_fused_ms"] > 0 and "matmul" in r["notes"]["og fused"]
