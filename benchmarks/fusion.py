@@ -18,7 +18,8 @@ once and the output written once; ``of copy`` divides it by the copy bandwidth; 
 ms (> 1: opgraph faster). Times: medians of ``--repeats`` interleaved calls after ``--warmup`` ones; on a
 GPU, device time with a cold L2 (each call queued behind an L2-evicting memset and a spinning kernel, so
 host launch work overlaps; the ``tiny`` section measures the host side); torch.compile's compiling is left
-out (its seconds are in the log and the JSON). Each opgraph result is checked once against PyTorch in float32: a failing row says FAIL and the exit status is 1.
+out (its seconds are in the log and the JSON). Each opgraph result is checked once against PyTorch in
+float32: a failing row says FAIL and the exit status is 1.
 On the CPU fused kernels run in Triton's interpreter, far too slow for real sizes: the CPU takes --quick only.
 
     python benchmarks/fusion.py                                   # CUDA, 256 MiB tensors, all sections
