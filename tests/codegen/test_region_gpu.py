@@ -106,3 +106,31 @@ def test_injective_regions_match_unfused(case: str, dt: og.DType) -> None:
     plain = g.compile({x: x.type}, [y], device="cuda", descriptor=PLAIN)
     assert any(k.op == "fused_region" for k in fused.kernels())
     torch.testing.assert_close(fused.run([v])[0].float(), plain.run([v])[0].float(), **TOL[dt])
+
+
+# the transcendental ops whose GPU kernels call libdevice (the interpreter uses the prelude's own formulas)
+LIBDEVICE: dict[str, tuple[Callable[..., og.Tensor], Callable[[torch.Tensor], torch.Tensor], Callable[..., Any]]] = {
+    "tanh": (lambda g, x: g.tanh(x), torch.tanh, lambda v: v * 3),
+    "elu (expm1)": (lambda g, x: g.elu(x), torch.nn.functional.elu, lambda v: v * 3),
+    "softplus (log1p)": (lambda g, x: g.softplus(x), torch.nn.functional.softplus, lambda v: v * 3),
+    "sinh": (lambda g, x: g.sinh(x), torch.sinh, lambda v: v * 3),
+    "cosh": (lambda g, x: g.cosh(x), torch.cosh, lambda v: v * 3),
+    "atan": (lambda g, x: g.atan(x), torch.atan, lambda v: v * 3),
+    "asin": (lambda g, x: g.asin(x), torch.asin, lambda v: torch.tanh(v) * 0.99),
+    "acos": (lambda g, x: g.acos(x), torch.acos, lambda v: torch.tanh(v) * 0.99),
+    "asinh": (lambda g, x: g.asinh(x), torch.asinh, lambda v: v * 3),
+    "acosh": (lambda g, x: g.acosh(x), torch.acosh, lambda v: 1 + v.abs() * 3),
+    "atanh": (lambda g, x: g.atanh(x), torch.atanh, lambda v: torch.tanh(v) * 0.99),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIBDEVICE))
+def test_libdevice_transcendentals_match_torch(name: str) -> None:
+    build, reference, domain = LIBDEVICE[name]
+    g = og.Graph()
+    x = g.placeholder((4096,), og.float32)
+    y = build(g, x) * 2.0  # two computing ops: one fused kernel
+    v = domain(torch.randn(4096, generator=torch.Generator().manual_seed(3))).cuda()
+    exe = g.compile({x: x.type}, [y], device="cuda", descriptor=FUSED)
+    assert any(k.op == "fused_region" for k in exe.kernels())
+    torch.testing.assert_close(exe.run([v])[0], reference(v) * 2.0, rtol=2e-6, atol=1e-6)

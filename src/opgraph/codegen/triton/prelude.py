@@ -216,50 +216,6 @@ def og_mul(a, b):
 if os.environ.get("TRITON_INTERPRET") != "1":  # compiled for a GPU: libdevice's versions (accurate, and cheaper)
     from triton.language.extra import libdevice
 
-    @triton.jit
-    def og_tanh(x):
-        return libdevice.tanh(x)
-
-    @triton.jit
-    def og_expm1(x):
-        return libdevice.expm1(x)
-
-    @triton.jit
-    def og_log1p(x):
-        return libdevice.log1p(x)
-
-    @triton.jit
-    def og_sinh(x):
-        return libdevice.sinh(x)
-
-    @triton.jit
-    def og_cosh(x):
-        return libdevice.cosh(x)
-
-    @triton.jit
-    def og_atan(x):
-        return libdevice.atan(x)
-
-    @triton.jit
-    def og_atan2(y, x):
-        return libdevice.atan2(y, x)
-
-    @triton.jit
-    def og_asin(x):
-        return libdevice.asin(x)
-
-    @triton.jit
-    def og_acos(x):
-        return libdevice.acos(x)
-
-    @triton.jit
-    def og_asinh(x):
-        return libdevice.asinh(x)
-
-    @triton.jit
-    def og_acosh(x):
-        return libdevice.acosh(x)
-
-    @triton.jit
-    def og_atanh(x):
-        return libdevice.atanh(x)
+    for _name in ("tanh", "expm1", "log1p", "sinh", "cosh", "atan", "atan2", "asin", "acos", "asinh", "acosh",
+                  "atanh"):
+        globals()[f"og_{_name}"] = getattr(libdevice, _name)
