@@ -26,20 +26,22 @@ are the medians of the per-repeat ratios against ``eager`` (< 1: faster).
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import opgraph as og
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import interleaved  # noqa: E402
 
 # (name, M, K, N)
 SHAPES: list[tuple[str, int, int, int]] = [
@@ -104,15 +106,6 @@ def _opgraph(m: int, k: int, n: int, dtype: og.DType, act: str, dev: og.Device, 
     return exe, ops
 
 
-def _time(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) -> float:
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / iters
-
-
 def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act: str, iters: int, repeats: int,
           compile_note: str, fused_note: str) -> dict[str, Any]:
     name, m, k, n = shape
@@ -152,20 +145,7 @@ def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act
             err = (got - want).abs().max().item()
             raise SystemExit(f"epilogue: {v} disagrees with eager on {name} {dtype_name} {act} ({dev}): "
                              f"max abs error {err:.3g}")
-    sync = dev.synchronize
-    for fn in cases.values():
-        _time(fn, max(1, iters // 4), sync)
-    samples: dict[str, list[float]] = {v: [] for v in cases}
-    order = list(cases)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(repeats):
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                samples[v].append(_time(cases[v], iters, sync))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    samples = interleaved(cases, iters, repeats, dev.synchronize)
     ms = {v: statistics.median(samples[v]) * 1e3 if v in samples else None for v in VARIANTS}
     ratio = {v: statistics.median(a / e for a, e in zip(samples[v], samples["eager"], strict=True))
              if v in samples else None for v in VARIANTS}

@@ -23,19 +23,22 @@ are the medians of the per-repeat ratios. Results are checked against ``torch`` 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import opgraph as og
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import interleaved  # noqa: E402
+
 from opgraph.autodiff.vjp import vjp
 
 # (name, NCHW shape, kernel, stride, padding)
@@ -86,15 +89,6 @@ def _torch_recompute(x: torch.Tensor, dy: torch.Tensor, k: int, s: int, p: int) 
     return y, dx
 
 
-def _time(fn: Callable[[], Any], iters: int, sync: Callable[[], None]) -> float:
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / iters
-
-
 def bench(dev: og.Device, name: str, shape: tuple[int, int, int, int], k: int, s: int, p: int, dtype_name: str,
           iters: int, repeats: int) -> dict[str, Any]:
     tdt, odt = DTYPES[dtype_name]
@@ -115,20 +109,7 @@ def bench(dev: og.Device, name: str, shape: tuple[int, int, int, int], k: int, s
         y, dx = fn()
         if not (torch.equal(y, y_ref) and torch.allclose(dx.float(), dx_ref.float(), rtol=1e-2, atol=1e-2)):
             raise SystemExit(f"maxpool_indices: {v} disagrees with torch on {name} {dtype_name} ({dev})")
-    sync = dev.synchronize
-    for fn in cases.values():
-        _time(fn, max(1, iters // 4), sync)
-    samples: dict[str, list[float]] = {v: [] for v in cases}
-    order = list(cases)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(repeats):
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                samples[v].append(_time(cases[v], iters, sync))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    samples = interleaved(cases, iters, repeats, dev.synchronize)
     ms = {v: statistics.median(t) * 1e3 for v, t in samples.items()}
     ratio = lambda a, b: statistics.median(x / y for x, y in zip(samples[a], samples[b], strict=True))
     return {"device": str(dev), "shape": name, "input": list(shape), "kernel": k, "stride": s, "padding": p,
