@@ -38,6 +38,7 @@ from .core.errors import (
     VerificationError,
 )
 from .core.types import TensorType
+from .frontends.torch import fallback as _torch_fallback  # noqa: F401  (declares torch_fallback, for loading graphs)
 from .graph import Graph
 from .ir.graph import Operation, Tensor
 from .ops._padding import PaddingStyle, TensorLayout, WeightsLayout

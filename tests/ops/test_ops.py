@@ -110,7 +110,7 @@ def test_every_op_has_a_record() -> None:
     covered = {op for r in RECORDS for op in r.ops}
     # fused_region is made by the compiler, not by users: tests/codegen/test_fusion_pass.py checks it
     # against the unfused executable (it needs Triton's interpreter on the CPU)
-    compiler_made = {"assign", "fused_region"}
+    compiler_made = {"assign", "fused_region", "torch_fallback"}  # torch_fallback: tests/frontends
     missing = sorted(op.name for op in all_ops() if op not in covered and op.fusion is not FusionKind.SOURCE
                      and op.name not in compiler_made)
     assert not missing, f"ops without an OpInfo record: {missing}"

@@ -1,0 +1,173 @@
+"""``torch.compile(model, backend="opgraph")``: Dynamo's graphs, through AOTAutograd (forward and backward
+graphs, functionalised and decomposed to core ATen), translated to opgraph graphs and compiled into executables.
+
+Registered as the ``opgraph`` backend through the ``torch_dynamo_backends`` entry point, so no import is needed.
+Options (``torch.compile(..., options={...})``) are the fields of ``TorchOptions``; the ones they share with
+``og.CompilationDescriptor`` are passed on. ATen ops without a converter run as themselves inside the executable
+and are named once per graph in a warning (``warn_fallbacks=False`` silences it; ``og.torch.explain`` lists them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from ...core.errors import AttributeValueError
+from ...runtime.compile import CompilationDescriptor
+from ...runtime.device import device as og_device
+from . import converters as _converters  # noqa: F401  (registers the converters)
+from .translate import NotTranslatable, Translation, translate
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """Options of the ``opgraph`` backend (``torch.compile(model, backend="opgraph", options={...})``)."""
+
+    fusion: bool = True
+    cuda_graphs: bool = True
+    check_indices: bool = False  # PyTorch itself does not check gather indices on the GPU either
+    matmul_epilogues: bool = True
+    triton_interpret: bool = False
+    optimization_level: int = 1
+    warn_fallbacks: bool = True
+
+    @staticmethod
+    def of(options: Any) -> TorchOptions:
+        if options is None:
+            return TorchOptions()
+        if isinstance(options, TorchOptions):
+            return options
+        if not isinstance(options, dict):
+            raise AttributeValueError(f"opgraph backend: options must be a dict or TorchOptions, got "
+                                      f"{type(options).__name__}")
+        known = {f.name for f in dataclasses.fields(TorchOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise AttributeValueError(f"opgraph backend: unknown options {unknown}; known: {sorted(known)}")
+        return TorchOptions(**options)
+
+    def descriptor(self) -> CompilationDescriptor:
+        return CompilationDescriptor(optimization_level=self.optimization_level, check_indices=self.check_indices,
+                                     cuda_graphs=self.cuda_graphs, fusion=self.fusion,
+                                     triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues)
+
+
+@dataclass
+class GraphReport:
+    """What the backend did with one FX graph (``og.torch.explain`` collects these)."""
+
+    kind: str  # "forward", "backward" or "inference"
+    aten_nodes: int
+    fallbacks: dict[str, int]
+    reasons: dict[str, str]
+    executable: Any = None  # the og.Executable (None when the graph ran eagerly)
+    eager_reason: str = ""  # why the graph was not translated
+    kernels: list[Any] = field(default_factory=list)
+
+
+REPORTS: list[GraphReport] | None = None  # set by recording() while it runs
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[GraphReport]]:
+    """Collect a ``GraphReport`` for every graph the backend compiles inside the ``with`` block."""
+    global REPORTS
+    saved, REPORTS = REPORTS, []
+    try:
+        yield REPORTS
+    finally:
+        REPORTS = saved
+
+
+def _device_of(example_inputs: Sequence[Any]) -> torch.device:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: TorchOptions,
+               kind: str = "inference") -> Callable[..., Any]:
+    """A boxed callable computing ``gm`` with an opgraph executable (or ``gm`` itself, with a warning, when the
+    graph cannot be translated)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # AOTAutograd may call compilers under its fake mode; opgraph makes real constants
+        return _compile_fx(gm, example_inputs, options, kind)
+
+
+def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: TorchOptions,
+                kind: str) -> Callable[..., Any]:
+    nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    try:
+        tr = translate(gm)
+    except NotTranslatable as e:
+        warnings.warn(f"opgraph: a {kind} graph runs eagerly: {e}", stacklevel=2)
+        if REPORTS is not None:
+            REPORTS.append(GraphReport(kind, nodes, {}, {}, None, str(e)))
+        return _boxed_eager(gm)
+    dev = og_device(str(_device_of(example_inputs)))
+    targets = [t for t in tr.outputs if t is not None]
+    exe = tr.graph.compile({t: t.type for t in tr.inputs}, targets, device=dev, descriptor=options.descriptor())
+    if tr.fallbacks and options.warn_fallbacks:
+        listed = ", ".join(f"{name} x{n} ({tr.reasons[name]})" for name, n in tr.fallbacks.most_common())
+        warnings.warn(f"opgraph: {sum(tr.fallbacks.values())} of {nodes} ATen ops in a {kind} graph run as "
+                      f"themselves (no opgraph equivalent): {listed}", stacklevel=2)
+    if REPORTS is not None:
+        REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
+    return _boxed(exe, tr)
+
+
+def _boxed(exe: Any, tr: Translation) -> Callable[..., Any]:
+    where = [i for i, t in enumerate(tr.outputs) if t is not None]
+    n = len(tr.outputs)
+
+    def run(args: list[Any]) -> list[Any]:
+        values = exe.run(args)
+        args.clear()  # boxed: the caller's list no longer keeps the inputs alive
+        out: list[Any] = [None] * n
+        for i, v in zip(where, values, strict=True):
+            out[i] = v
+        return out
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _boxed_eager(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    def run(args: list[Any]) -> Any:
+        out = gm(*args)
+        args.clear()
+        return out
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Any = None) -> Any:
+    """The Dynamo backend: forward (and, when training, backward) graphs compiled by opgraph."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    opts = TorchOptions.of(options)
+    training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+    def forward(g: torch.fx.GraphModule, xs: Sequence[Any]) -> Callable[..., Any]:
+        return compile_fx(g, xs, opts, "forward" if training else "inference")
+
+    def backward(g: torch.fx.GraphModule, xs: Sequence[Any]) -> Callable[..., Any]:
+        return compile_fx(g, xs, opts, "backward")
+
+    compiler = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward,
+                            decompositions=core_aten_decompositions())
+    return compiler(gm, example_inputs)
+
+
+__all__ = ["GraphReport", "TorchOptions", "compile_fx", "opgraph_backend", "recording"]

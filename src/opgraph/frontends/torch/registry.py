@@ -1,0 +1,86 @@
+"""The table from ATen ops to opgraph ops.
+
+A converter is registered for an ATen op (an ``OpOverload`` such as ``torch.ops.aten.add.Tensor``, or a whole
+``OpOverloadPacket`` such as ``torch.ops.aten.add``) and is called with the node's arguments, tensors already
+translated to ``og.Tensor`` (other values as they are: Python scalars, lists, dtypes ...)::
+
+    @converts(torch.ops.aten.relu.default)
+    def _relu(ctx, x):
+        return ctx.g.relu(x)
+
+It returns an ``og.Tensor`` (or a tuple of them, for an op with several outputs), or raises ``Unsupported``
+with the reason when it cannot express this call: the node then runs as the ATen op itself inside the
+executable (a *fallback*, counted and reported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...core.dtype import DType, from_torch
+from ...core.types import TensorType
+from ...graph import Graph
+
+Converter = Callable[..., Any]
+CONVERTERS: dict[Any, Converter] = {}
+
+
+class Unsupported(Exception):
+    """A converter cannot express this call (the node falls back to the ATen op)."""
+
+
+def converts(*targets: Any) -> Callable[[Converter], Converter]:
+    """Register a converter for ATen ops (overloads or packets)."""
+
+    def register(fn: Converter) -> Converter:
+        for t in targets:
+            CONVERTERS[t] = fn
+        return fn
+
+    return register
+
+
+def lookup(target: Any) -> Converter | None:
+    """The converter of an ATen overload (or of its packet)."""
+    fn = CONVERTERS.get(target)
+    if fn is None and isinstance(target, torch._ops.OpOverload):
+        fn = CONVERTERS.get(target.overloadpacket)
+    return fn
+
+
+@dataclass
+class ConvertContext:
+    """What a converter sees besides its arguments: the graph being built and the node's recorded types."""
+
+    g: Graph
+    out_types: list[TensorType | None] = field(default_factory=list)  # from the node's FakeTensor values
+
+    @property
+    def out_type(self) -> TensorType:
+        t = self.out_types[0] if self.out_types else None
+        if t is None:
+            raise Unsupported("the node has no recorded tensor type")
+        return t
+
+    def dtype(self, torch_dtype: torch.dtype | None, default: DType | None = None) -> DType:
+        if torch_dtype is None:
+            if default is None:
+                raise Unsupported("no dtype")
+            return default
+        return from_torch(torch_dtype)
+
+
+def type_of(value: Any) -> TensorType | None:
+    """The opgraph type of a (fake) tensor in a node's ``meta['val']``; symbolic sizes become dynamic dims."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    try:
+        dt = from_torch(value.dtype)
+    except Exception:
+        return None
+    shape = tuple(int(d) if isinstance(d, int) else None for d in value.shape)
+    return TensorType(shape, dt)

@@ -1,0 +1,163 @@
+"""An ATen-level FX graph (what AOTAutograd or ``torch.export`` produce) translated into an ``og.Graph``.
+
+Placeholders become placeholders (their types from the traced FakeTensors; symbolic sizes become dynamic
+dims), each ``call_function`` node goes through its converter (``registry``) or, without one, becomes a
+``torch_fallback`` op, ``operator.getitem`` picks an output, and the output node gives the targets (``None``
+entries stay ``None``). ``Translation.fallbacks`` counts the ATen ops that ran as themselves, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from ...core.errors import OpgraphError
+from ...graph import Graph
+from ...ir.graph import Tensor
+from .fallback import TORCH_FALLBACK, FallbackAttrs, encode_args, qualified_name
+from .registry import ConvertContext, Unsupported, lookup, type_of
+
+
+class NotTranslatable(OpgraphError):
+    """The FX graph has something no op can stand for (a non-tensor input or output, a Python call ...)."""
+
+
+@dataclass
+class Translation:
+    graph: Graph
+    inputs: list[Tensor]  # one placeholder per FX placeholder, in order
+    outputs: list[Tensor | None]  # the FX outputs (None where the FX graph returns None)
+    fallbacks: Counter[str] = field(default_factory=Counter)  # "aten::op.overload" -> nodes
+    reasons: dict[str, str] = field(default_factory=dict)  # "aten::op.overload" -> why it fell back
+    state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
+
+
+def _types(node: torch.fx.Node) -> list[Any]:
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        return [type_of(v) for v in val]
+    return [type_of(val)]
+
+
+def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node, Graph], Tensor] | None = None,
+              ) -> Translation:
+    """Translate ``gm``; ``on_placeholder`` may make a placeholder node something else (a variable)."""
+    g = Graph()
+    env: dict[torch.fx.Node, Any] = {}
+    tr = Translation(g, [], [])
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            t = on_placeholder(node, g) if on_placeholder is not None else None
+            if t is None:
+                ty = type_of(node.meta.get("val"))
+                if ty is None:
+                    raise NotTranslatable(f"input {node.name} is not a tensor ({type(node.meta.get('val')).__name__})")
+                t = g.placeholder(ty.shape, ty.dtype, name=_name(node.name))
+                tr.inputs.append(t)
+            env[node] = t
+        elif node.op == "get_attr":
+            value = _attr(gm, node.target)
+            env[node] = g.constant(value.detach(), name=_name(node.name)) if isinstance(value, torch.Tensor) else value
+        elif node.op == "call_function":
+            env[node] = _call(tr, node, env)
+        elif node.op == "output":
+            (result,) = node.args
+            items = result if isinstance(result, (tuple, list)) else [result]
+            for item in items:
+                value = env[item] if isinstance(item, torch.fx.Node) else item
+                if value is not None and not isinstance(value, Tensor):
+                    raise NotTranslatable(f"output {item} is not a tensor ({type(value).__name__})")
+                tr.outputs.append(value)
+        else:
+            raise NotTranslatable(f"FX node {node.name} of kind {node.op} ({node.target})")
+    return tr
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _name(fx_name: str) -> str:
+    return fx_name.replace(":", "_")
+
+
+def _map(value: Any, env: dict[torch.fx.Node, Any]) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _map(v, env) for k, v in value.items()}
+    return value
+
+
+def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    args, kwargs = _map(node.args, env), _map(node.kwargs, env)
+    if node.target is operator.getitem:
+        seq, i = args
+        return seq[i]
+    if not isinstance(node.target, torch._ops.OpOverload):
+        raise NotTranslatable(f"FX node {node.name} calls {node.target}, not an ATen op")
+    types = _types(node)
+    converter = lookup(node.target)
+    reason = "no converter"
+    if converter is not None:
+        try:
+            out = converter(ConvertContext(tr.graph, types), *args, **kwargs)
+            return _checked(out, types, node)
+        except Unsupported as e:
+            reason = str(e) or "unsupported arguments"
+    return _fallback(tr, node, args, kwargs, types, reason)
+
+
+def _checked(out: Any, types: Sequence[Any], node: torch.fx.Node) -> Any:
+    """A converter's result must have the traced types (a wrong converter fails here, not in the numbers)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    for got, want in zip(outs, types, strict=False):
+        if isinstance(got, Tensor) and want is not None and not _same(got.type, want):
+            raise OpgraphError(f"converter of {node.target} made {got.type} where PyTorch traced {want} "
+                               f"(node {node.name})")
+    return out
+
+
+def _same(got: Any, want: Any) -> bool:
+    return got.dtype is want.dtype and len(got.shape) == len(want.shape) and all(
+        a is None or b is None or a == b for a, b in zip(got.shape, want.shape, strict=True))
+
+
+def _fallback(tr: Translation, node: torch.fx.Node, args: Any, kwargs: Any, types: list[Any], reason: str) -> Any:
+    if not types or any(t is None for t in types):
+        raise NotTranslatable(f"{node.target} returns something other than tensors and has no converter")
+    inputs: list[Tensor] = []
+
+    def index_of(v: Any) -> int | None:
+        if not isinstance(v, Tensor):
+            return None
+        for i, t in enumerate(inputs):
+            if t is v:
+                return i
+        inputs.append(v)
+        return len(inputs) - 1
+
+    template = json.dumps([encode_args(list(args), index_of)["seq"],
+                           {k: encode_args(v, index_of) for k, v in kwargs.items()}])
+    target = qualified_name(node.target)
+    tr.fallbacks[target] += 1
+    tr.reasons.setdefault(target, reason)
+    attrs = FallbackAttrs(target, template, tuple(t.shape for t in types), tuple(t.dtype for t in types))
+    outs = tr.graph._apply_multi(TORCH_FALLBACK, inputs, attrs, name=_name(node.name))
+    val = node.meta.get("val")
+    return outs if isinstance(val, (tuple, list)) else outs[0]
+
+
+__all__ = ["NotTranslatable", "Translation", "translate"]

@@ -1,0 +1,72 @@
+"""Shared checks for the PyTorch frontend: a module (or function) through ``torch.compile(backend="opgraph")``
+against eager PyTorch, inference and one training step, with the graphs' fallbacks recorded."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from opgraph.frontends.torch import GraphReport, recording
+
+OPTIONS = {"warn_fallbacks": False}
+
+
+def fallbacks(reports: Sequence[GraphReport]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in reports:
+        for k, v in r.fallbacks.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def compiled(fn: Callable[..., Any], options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="opgraph", options={**OPTIONS, **(options or {})})
+
+
+def check_inference(fn: Callable[..., Any], *inputs: Any, rtol: float = 1e-5, atol: float = 1e-6,
+                    allow: Sequence[str] = ()) -> list[GraphReport]:
+    """``fn(*inputs)`` compiled equals eager; no ATen op falls back except those in ``allow``. Returns the reports."""
+    want = fn(*inputs)
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(fn)(*inputs)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    extra = {k: v for k, v in fallbacks(reports).items() if k not in allow}
+    assert not extra, f"ATen ops fell back: {extra}"
+    assert reports and all(r.executable is not None for r in reports), [r.eager_reason for r in reports]
+    return reports
+
+
+def check_training(model: torch.nn.Module, *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6,
+                   allow: Sequence[str] = (), loss: Callable[[Any], torch.Tensor] | None = None) -> list[GraphReport]:
+    """Loss, gradients, buffers and one SGD step of the compiled module equal eager's."""
+    loss = loss or (lambda out: out.float().square().mean())
+    ref = copy.deepcopy(model)
+    mine = copy.deepcopy(model)
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = compiled(mine)
+        got = loss(fast(*inputs))
+        got.backward()
+    want = loss(ref(*inputs))
+    want.backward()
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+    for (name, p), q in zip(mine.named_parameters(), ref.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+    for (name, b), c in zip(mine.named_buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=rtol, atol=atol, msg=lambda m, n=name: f"buffer {n}: {m}")
+    for opt_model in (mine, ref):
+        torch.optim.SGD(opt_model.parameters(), lr=0.1).step()
+    for p, q in zip(mine.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=rtol, atol=atol)
+    extra = {k: v for k, v in fallbacks(reports).items() if k not in allow}
+    assert not extra, f"ATen ops fell back: {extra}"
+    assert {r.kind for r in reports} >= {"forward", "backward"}, [r.kind for r in reports]
+    return reports
