@@ -38,7 +38,8 @@ from .core.errors import (
     VerificationError,
 )
 from .core.types import TensorType
-from .frontends.torch import fallback as _torch_fallback  # noqa: F401  (declares torch_fallback, for loading graphs)
+from .frontends import torch as torch  # og.torch: explain, TorchOptions, the backend
+from .frontends.torch import from_torch
 from .graph import Graph
 from .ir.graph import Operation, Tensor
 from .ops._padding import PaddingStyle, TensorLayout, WeightsLayout
@@ -60,7 +61,7 @@ __all__ = [
     "AttributeValueError", "CompilationDescriptor", "Conv2dDescriptor", "Conv3dDescriptor",
     "DepthwiseConv2dDescriptor", "GeluApproximation", "LossReduction", "PaddingMode", "PaddingStyle",
     "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingReturnIndicesMode", "ResizeMode",
-    "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout", "optim",
+    "ResizeNearestRoundingMode", "ScatterMode", "TensorLayout", "optim", "torch", "from_torch",
     "WeightsLayout", "DType", "DTypeError", "Device", "DeviceError",
     "ExecutionError", "Executable", "FeedError", "Graph", "GraphError", "Operation", "OpgraphError",
     "SerializationError", "ShapeError", "Tensor", "TensorType", "VerificationError", "__version__",

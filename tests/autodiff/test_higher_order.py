@@ -233,3 +233,16 @@ def test_kinks_and_zero_divisors() -> None:
     # clamp(x, lo, hi): ties go to x; crossed bounds (lo > hi) give hi everything
     gx, glo = _grads(lambda g, a, b: g.clamp(a, b, 1.0), [0.5, 1.0, -1.0, 0.0], [0.5, 0.0, 0.0, 2.0])
     assert gx.tolist() == [1.0, 1.0, 0.0, 0.0] and glo.tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+def test_a_gradient_through_a_non_differentiable_float_op_raises() -> None:
+    import pytest
+
+    g = og.Graph()
+    w = g.variable(torch.ones(3), name="w")
+    from opgraph.frontends.torch.fallback import TORCH_FALLBACK, FallbackAttrs
+
+    out = g._add_op(TORCH_FALLBACK, [g.multiply(w, 2.0)],
+                    FallbackAttrs("aten::tanh.default", '[[{"in": 0}], {}]', ((3,),), (og.float32,))).outputs[0]
+    with pytest.raises(og.GraphError, match="torch_fallback is not differentiable"):
+        g.gradients(g.reduce_sum(out), [w])

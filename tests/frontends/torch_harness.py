@@ -30,9 +30,11 @@ def compiled(fn: Callable[..., Any], options: dict[str, Any] | None = None) -> C
 
 def check_inference(fn: Callable[..., Any], *inputs: Any, rtol: float = 1e-5, atol: float = 1e-6,
                     allow: Sequence[str] = ()) -> list[GraphReport]:
-    """``fn(*inputs)`` compiled equals eager; no ATen op falls back except those in ``allow``. Returns the reports."""
-    want = fn(*inputs)
-    with recording() as reports, warnings.catch_warnings():
+    """``fn(*inputs)`` compiled equals eager (under ``torch.no_grad``: an inference graph); no ATen op falls back
+    except those in ``allow``. Returns the reports."""
+    with torch.no_grad():
+        want = fn(*inputs)
+    with recording() as reports, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         got = compiled(fn)(*inputs)
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)

@@ -2,7 +2,9 @@
 
 The walk visits, in reverse creation order, the ops that lie on a path from ``wrt`` to ``of`` and
 calls each op's VJP rule (``OpDef.vjp``, declared next to the op). Integer and bool tensors carry no
-gradient; ops declared ``differentiable=False`` stop the flow (their inputs get none from them).
+gradient; a gradient asked through an op declared ``differentiable=False`` whose floating result depends on
+the values (a fused region, a PyTorch fallback, an optimizer update) raises ``GraphError`` rather than
+silently give zeros; comparisons and the like (integer/bool results) simply carry none.
 Autodiff happens on the graph, before any fusion.
 """
 
@@ -41,8 +43,8 @@ def vjp(graph: Graph, outputs: Sequence[Tensor], cotangents: Sequence[Tensor],
     ops = list(graph.ops)
     # the ops on a path wrt -> outputs: reachable forward from wrt and backward from the outputs
     forward: set[int] = {id(t) for t in wrt}
-    for op in ops:
-        if any(id(t) in forward for t in op.inputs) and op.op.differentiable:
+    for op in ops:  # non-differentiable ops that read values are reached too, so asking through one raises
+        if any(id(t) in forward for t in op.inputs) and (op.op.differentiable or op.op.reads_values):
             forward.update(id(t) for t in op.outputs if _carries_gradient(t))
     backward: set[int] = {id(t.op) for t in outputs}
     for op in reversed(ops):

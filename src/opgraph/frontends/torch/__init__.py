@@ -9,8 +9,11 @@
 """
 
 from .backend import GraphReport, TorchOptions, compile_fx, opgraph_backend, recording
+from .explain import Explanation, explain
+from .export import TorchGraph, from_torch
 from .registry import CONVERTERS, ConvertContext, Unsupported, converts
 from .translate import NotTranslatable, Translation, translate
 
-__all__ = ["CONVERTERS", "ConvertContext", "GraphReport", "NotTranslatable", "TorchOptions", "Translation",
-           "Unsupported", "compile_fx", "converts", "opgraph_backend", "recording", "translate"]
+__all__ = ["CONVERTERS", "ConvertContext", "Explanation", "GraphReport", "NotTranslatable", "TorchGraph",
+           "TorchOptions", "Translation", "Unsupported", "compile_fx", "converts", "explain", "from_torch",
+           "opgraph_backend", "recording", "translate"]

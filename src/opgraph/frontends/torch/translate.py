@@ -46,10 +46,11 @@ def _types(node: torch.fx.Node) -> list[Any]:
     return [type_of(val)]
 
 
-def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node, Graph], Tensor] | None = None,
-              ) -> Translation:
-    """Translate ``gm``; ``on_placeholder`` may make a placeholder node something else (a variable)."""
-    g = Graph()
+def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node, Graph], Tensor | None] | None = None,
+              graph: Graph | None = None) -> Translation:
+    """Translate ``gm`` (into ``graph``, or a new one); ``on_placeholder`` may make a placeholder node something
+    else (a variable), or return None to keep it a placeholder."""
+    g = graph if graph is not None else Graph()
     env: dict[torch.fx.Node, Any] = {}
     tr = Translation(g, [], [])
     for node in gm.graph.nodes:
