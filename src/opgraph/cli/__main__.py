@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import demo, info
+from . import bench, demo, info
 
-SUBCOMMANDS = (info, demo)  # each module: register(subparsers), run(args) -> exit status
+SUBCOMMANDS = (info, demo, bench)  # each module: register(subparsers), run(args) -> exit status
 
 DESCRIPTION = """\
 opgraph: a graph compiler and runtime for machine learning on NVIDIA GPUs and CPUs.
@@ -19,7 +19,8 @@ examples:
   opgraph info                      versions of opgraph, torch, triton, numpy, Python; the devices
   opgraph demo                      compile a small CNN, run it, compare with eager PyTorch
   opgraph demo --device cpu --batch 8 --iters 20
-  opgraph demo train                train a small CNN on handwritten digits, save a loss/accuracy plot"""
+  opgraph demo train                train a small CNN on handwritten digits, save a loss/accuracy plot
+  opgraph bench --quick             time models: eager PyTorch vs torch.compile (Inductor) vs opgraph"""
 
 
 def build_parser() -> argparse.ArgumentParser:

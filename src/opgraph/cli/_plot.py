@@ -2,7 +2,8 @@
 
 ``line_chart`` draws up to two y axes (left and right), ticks with "nice" steps, curves with
 anti-aliased thick lines and markers, a title and a legend, in a built-in 5x7 pixel font;
-``write_png`` stores the array as an 8-bit RGB PNG.
+``bar_chart`` draws grouped horizontal bars in the same style; ``write_png`` stores the array as an
+8-bit RGB PNG.
 """
 
 from __future__ import annotations
@@ -309,6 +310,95 @@ def _densify(pts: list[tuple[float, float]], step: float) -> list[tuple[float, f
         n = max(1, int(math.hypot(xb - xa, yb - ya) / step))
         out.extend((xa + (xb - xa) * k / n, ya + (yb - ya) * k / n) for k in range(1, n + 1))
     return out
+
+
+@dataclass(frozen=True)
+class Bars:
+    """One bar per category (a NaN value: no bar, ``n/a`` written instead), in ``color``."""
+
+    label: str
+    values: Sequence[float]
+    color: Color = BLUE
+
+
+def bar_chart(categories: Sequence[str], bars: Sequence[Bars], *, width: int = 800, title: str = "",
+              value_label: str = "", reference: float | None = None, reference_label: str = "",
+              value_format: str = "{:.2f}") -> np.ndarray:
+    """Render grouped horizontal bars (a group per category, top to bottom; a bar per ``Bars`` in
+    each); returns uint8 RGB ``(height, width, 3)``, the height following from the categories.
+
+    ``reference`` draws a vertical line at that value (e.g. 1 on a chart of speed-ups), named
+    ``reference_label`` in the legend; each bar's value is written at its end in ``value_format``.
+    """
+    if not categories or not bars:
+        raise ValueError("bar_chart needs at least one category and one series of bars")
+    for b in bars:
+        if len(b.values) != len(categories):
+            raise ValueError(f"bars {b.label!r} have {len(b.values)} values for {len(categories)} categories")
+    s = 2 if width >= 360 else 1
+    label_h = (GLYPH_H + DESCENT) * s
+    bar_h, gap = 10 * s, 8 * s
+    band = bar_h * len(bars) + gap
+    values = [float(v) for b in bars for v in b.values if math.isfinite(float(v))]
+    hi = max(values + ([reference] if reference is not None else []), default=1.0)
+    ticks = nice_ticks(0.0, hi if hi > 0 else 1.0)
+    texts = [value_format.format(v) for v in values] + ["n/a"]
+    left = 6 * s + max(text_width(cat, s) for cat in categories) + 8 * s
+    right = width - 1 - 6 * s - max(text_width(t, s) for t in texts) - 4 * s
+    top = (label_h + 8 * s if title else 6 * s) + label_h + 8 * s  # the title, then the legend's row
+    bottom = top + band * len(categories) + gap
+    height = bottom + 6 * s + label_h + (label_h + 4 * s if value_label else 0) + 6 * s
+    if right - left < 40:
+        raise ValueError(f"chart of width {width} is too narrow for its labels")
+    c = Canvas(width, height)
+
+    def sx(v: float) -> float:
+        return left + (v - ticks[0]) / (ticks[-1] - ticks[0]) * (right - left)
+
+    for v in ticks:
+        x = int(round(sx(v)))
+        c.rect(x, top, x + 1, bottom, GRID)
+        c.rect(x, bottom, x + 1, bottom + 4 * s, AXIS)
+        c.text(x, bottom + 6 * s, format_tick(v, ticks[1] - ticks[0]), AXIS, s, "ct")
+    c.outline(left, top, right + 1, bottom + 1, AXIS)
+    if reference is not None:  # under the bars and their values
+        xr = int(round(sx(reference)))
+        c.rect(xr - (s // 2), top, xr + 1 + (s - 1) // 2, bottom, BLACK)
+    x0 = int(round(sx(0.0)))
+
+    def value_text(x: float, y: float, text: str) -> None:  # on white, so the reference line does not cross it
+        c.rect(int(x) - s, int(y - GLYPH_H * s / 2) - s, int(x) + text_width(text, s) + s,
+               int(y + GLYPH_H * s / 2) + DESCENT * s, WHITE)
+        c.text(x, y, text, AXIS, s, "lm")
+
+    for i, cat in enumerate(categories):
+        y = top + gap + band * i
+        c.text(left - 8 * s, y + bar_h * len(bars) / 2, cat, BLACK, s, "rm")
+        for j, b in enumerate(bars):
+            yb, v = y + bar_h * j, float(b.values[i])
+            if not math.isfinite(v):
+                value_text(x0 + 4 * s, yb + bar_h / 2, "n/a")
+                continue
+            x1 = int(round(sx(v)))
+            c.rect(x0, yb + s, x1, yb + bar_h - s, b.color)
+            value_text(x1 + 4 * s, yb + bar_h / 2, value_format.format(v))
+    if title:
+        c.text((left + right) / 2, 6 * s, title, BLACK, s, "ct")
+    if value_label:
+        c.text((left + right) / 2, height - 1 - 4 * s - label_h, value_label, BLACK, s, "ct")
+    # the legend: a row of swatches above the plot area
+    items: list[tuple[str, Color, bool]] = [(b.label, b.color, True) for b in bars]
+    if reference is not None and reference_label:
+        items.append((reference_label, BLACK, False))
+    x, yl = left, top - 4 * s - label_h
+    for label, color, filled in items:
+        if filled:
+            c.rect(x, yl + s, x + 10 * s, yl + 8 * s, color)
+        else:
+            c.rect(x + 5 * s - (s // 2), yl - s, x + 6 * s + (s - 1) // 2, yl + 9 * s, color)
+        c.text(x + 14 * s, yl, label, BLACK, s, "lt")
+        x += 14 * s + text_width(label, s) + 14 * s
+    return c.pixels
 
 
 # ---- PNG ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ...core.errors import OpgraphError
+from ...core.errors import DTypeError, OpgraphError, ShapeError
 from ...graph import Graph
 from ...ir.graph import Tensor
 from .fallback import TORCH_FALLBACK, FallbackAttrs, encode_args, qualified_name
@@ -118,6 +118,8 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
             return _checked(out, types, node)
         except Unsupported as e:
             reason = str(e) or "unsupported arguments"
+        except (DTypeError, ShapeError) as e:  # an opgraph op refused these types: run the ATen op instead
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
     return _fallback(tr, node, args, kwargs, types, reason)
 
 

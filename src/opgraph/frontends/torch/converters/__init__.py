@@ -1,3 +1,7 @@
 """ATen -> opgraph converters, one module per family; importing this package registers them all."""
 
 from . import core as core
+from . import elementwise as elementwise
+from . import nn as nn
+from . import reduce as reduce
+from . import shape as shape

@@ -31,6 +31,8 @@ def _sub(ctx: ConvertContext, x: Any, y: Any, alpha: Any = 1) -> Tensor:
 
 @converts(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(ctx: ConvertContext, x: Any, y: Any) -> Tensor:
+    if ctx.out_type.dtype.name == "bool":  # ATen multiplies bools as a logical and
+        return ctx.g.logical_and(x, y)
     return ctx.g.multiply(x, y)
 
 

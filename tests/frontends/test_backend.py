@@ -1,0 +1,122 @@
+"""The ``opgraph`` torch.compile backend, its options and fallbacks, ``og.from_torch`` and ``og.torch.explain``."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import opgraph as og
+from tests.frontends.torch_harness import check_inference, check_training, compiled
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+
+
+def test_backend_is_registered_by_entry_point() -> None:
+    assert "opgraph" in torch._dynamo.list_backends()
+
+
+def test_inference_and_training_match_eager() -> None:
+    x = torch.randn(4, 6)
+    reports = check_inference(_mlp(), x)
+    assert reports[0].kind == "inference" and reports[0].executable is not None
+    check_training(_mlp(), x)
+
+
+def test_options_are_typed() -> None:
+    assert og.torch.TorchOptions.of({"fusion": False}).descriptor().fusion is False
+    with pytest.raises(og.AttributeValueError, match="unknown options \\['fusoin'\\]"):
+        og.torch.TorchOptions.of({"fusoin": False})
+    with pytest.raises(og.AttributeValueError, match="must be a dict"):
+        og.torch.TorchOptions.of(3)
+    torch._dynamo.reset()
+    fast = torch.compile(_mlp(), backend="opgraph", options={"fusion": False, "cuda_graphs": False})
+    x = torch.randn(2, 6)
+    torch.testing.assert_close(fast(x), _mlp()(x))
+
+
+def _bessel(x: torch.Tensor) -> torch.Tensor:
+    return torch.special.bessel_j0(x * 2.0) + 1.0  # an ATen op without an opgraph equivalent
+
+
+def test_an_op_without_converter_runs_as_itself_named_once_in_a_warning() -> None:
+    x = torch.randn(8)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(_bessel, backend="opgraph")(x)
+    torch.testing.assert_close(got, _bessel(x))
+    named = [w for w in caught if "aten::special_bessel_j0" in str(w.message)]
+    assert len(named) == 1 and "run as themselves" in str(named[0].message)
+    report = og.torch.explain(_bessel, x)
+    assert report.fallbacks == {"aten::special_bessel_j0.default": 1}
+    assert "aten::special_bessel_j0.default x1" in str(report)
+
+
+def test_fallback_ops_save_and_load(tmp_path: Path) -> None:
+    g = og.from_torch(_Bessel(), (torch.randn(8),))
+    assert g.fallbacks == {"aten::special_bessel_j0.default": 1}
+    g.save(tmp_path / "bessel")
+    back = og.Graph.load(tmp_path / "bessel")
+    x = torch.randn(8)
+    (out,) = back.run({back.tensor(g.inputs[0].name): x}, [back.tensor(g.outputs[0].name)])
+    torch.testing.assert_close(out, _bessel(x))
+
+
+class _Bessel(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _bessel(x)
+
+
+def test_a_graph_that_cannot_be_translated_runs_eagerly_with_a_warning() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * x.shape[0]
+
+    torch._dynamo.reset()
+    fast = torch.compile(f, backend="opgraph", dynamic=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 5):
+            x = torch.randn(n)
+            torch.testing.assert_close(fast(x), f(x))
+    assert any("runs eagerly" in str(w.message) for w in caught)
+
+
+def test_from_torch_variables_updates_and_gradients() -> None:
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Tanh())
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Tanh())
+    reference.load_state_dict(model.state_dict())
+    g = og.from_torch(model, (torch.randn(5, 4),))
+    assert [p.op.name for p in g.parameters] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert [b.op.name for b in g.buffers] == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert len(g.updates) == 3
+    x = torch.randn(5, 4)
+    loss = g.reduce_sum(g.square(g.outputs[0]))
+    grads = g.gradients(loss, g.parameters)
+    got = g.run({g.inputs[0]: x}, [g.outputs[0], *(grads[p] for p in g.parameters)], g.updates)
+    want = reference(x)
+    want.square().sum().backward()
+    torch.testing.assert_close(got[0], want)
+    for t, p in zip(got[1:], reference.parameters(), strict=True):
+        torch.testing.assert_close(t, p.grad)
+    torch.testing.assert_close(g.variable_value(g.buffers[0]), reference[1].running_mean)
+
+
+def test_explain_reports_graphs_kernels_and_breaks() -> None:
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        torch._dynamo.graph_break()
+        return y + 1.0
+
+    report = og.torch.explain(broken, torch.randn(3))
+    assert report.graph_breaks == 1 and len(report.graphs) == 2
+    assert "2 graph(s) compiled, 1 graph break(s)" in str(report)
+    assert compiled(_mlp())(torch.randn(2, 6)).shape == (2, 3)
