@@ -508,7 +508,7 @@ def test_bert_tiny_inference() -> None:
                            intermediate_size=32, max_position_embeddings=16, attn_implementation="eager")
     model = _seeded(lambda: tf.BertModel(config)).eval()
     ids = torch.randint(0, 50, (2, 7))
-    check_inference(lambda t: model(t).last_hidden_state, ids, allow=OUTSIDE, rtol=1e-4, atol=1e-5)
+    check_inference(lambda t: model(t).last_hidden_state, ids, rtol=1e-4, atol=1e-5)
 
 
 def test_gpt2_tiny_inference() -> None:
@@ -517,4 +517,18 @@ def test_gpt2_tiny_inference() -> None:
                            attn_implementation="eager")
     model = _seeded(lambda: tf.GPT2LMHeadModel(config)).eval()
     ids = torch.randint(0, 50, (2, 7))
-    check_inference(lambda t: model(t).logits, ids, allow=OUTSIDE, rtol=1e-4, atol=1e-5)
+    check_inference(lambda t: model(t).logits, ids, rtol=1e-4, atol=1e-5)
+
+
+def test_bert_and_gpt2_tiny_training() -> None:
+    tf = _transformers()
+    bert = tf.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    gpt2 = tf.GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, n_positions=16, resid_pdrop=0.0,
+                         embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    ids = torch.randint(0, 50, (2, 7))
+    check_training(_seeded(lambda: tf.BertModel(bert)), ids, rtol=1e-4, atol=1e-5,
+                   loss=lambda out: out.last_hidden_state.square().mean())
+    check_training(_seeded(lambda: tf.GPT2LMHeadModel(gpt2)), ids, rtol=1e-4, atol=1e-5,
+                   loss=lambda out: out.logits.square().mean())
