@@ -37,3 +37,25 @@ def interleaved(cases: dict[str, Callable[[], Any]], iters: int, repeats: int,
         if was_enabled:
             gc.enable()
     return samples
+
+
+def common_arguments(p: Any, args: Any, iters: tuple[int, int], repeats: tuple[int, int]) -> tuple[int, int, Any]:
+    """Apply ``--threads`` and resolve ``--iters``, ``--repeats`` (defaults as (quick, full)) and ``--device``
+    (CUDA when present); bad values end the program through ``p.error``."""
+    import torch
+
+    import opgraph as og
+
+    if args.threads is not None:
+        if args.threads < 1:
+            p.error("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
+    n_iters = args.iters or iters[0 if args.quick else 1]
+    n_repeats = args.repeats or repeats[0 if args.quick else 1]
+    if n_iters < 1 or n_repeats < 1:
+        p.error("--iters and --repeats must be >= 1")
+    try:
+        dev = og.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except og.DeviceError as e:
+        p.error(str(e))
+    return n_iters, n_repeats, dev

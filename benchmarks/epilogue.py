@@ -41,7 +41,7 @@ import torch.nn.functional as F
 import opgraph as og
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import interleaved  # noqa: E402
+from _timing import common_arguments, interleaved  # noqa: E402
 
 # (name, M, K, N)
 SHAPES: list[tuple[str, int, int, int]] = [
@@ -215,18 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure torch.compile (auto: yes, except with --quick on the CPU)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = p.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            p.error("--threads must be >= 1")
-        torch.set_num_threads(args.threads)
-    iters = args.iters or (2 if args.quick else 20)
-    repeats = args.repeats or (2 if args.quick else 7)
-    if iters < 1 or repeats < 1:
-        p.error("--iters and --repeats must be >= 1")
-    try:
-        dev = og.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except og.DeviceError as e:
-        p.error(str(e))
+    iters, repeats, dev = common_arguments(p, args, (2, 20), (2, 7))
     compile_note = _compile_note(args.torch_compile, args.quick, dev)
     # generated kernels need CUDA; on the CPU only tiny shapes go through Triton's interpreter
     fused_note = "" if dev.is_cuda or args.quick else "skipped: Triton on the CPU only with --quick"

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 import opgraph as og
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import interleaved  # noqa: E402
+from _timing import common_arguments, interleaved  # noqa: E402
 
 from opgraph.autodiff.vjp import vjp
 
@@ -143,18 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = p.parse_args(argv)
-    if args.threads is not None:
-        if args.threads < 1:
-            p.error("--threads must be >= 1")
-        torch.set_num_threads(args.threads)
-    iters = args.iters or (3 if args.quick else 20)
-    repeats = args.repeats or (3 if args.quick else 11)
-    if iters < 1 or repeats < 1:
-        p.error("--iters and --repeats must be >= 1")
-    try:
-        dev = og.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except og.DeviceError as e:
-        p.error(str(e))
+    iters, repeats, dev = common_arguments(p, args, (3, 20), (3, 11))
     results = [bench(dev, name, shape, k, s, pad, dt, iters, repeats)
                for name, shape, k, s, pad in (QUICK_SHAPES if args.quick else SHAPES)
                for dt in (args.dtype or list(DTYPES))]
