@@ -120,3 +120,42 @@ def test_explain_reports_graphs_kernels_and_breaks() -> None:
     assert report.graph_breaks == 1 and len(report.graphs) == 2
     assert "2 graph(s) compiled, 1 graph break(s)" in str(report)
     assert compiled(_mlp())(torch.randn(2, 6)).shape == (2, 3)
+
+
+def test_mark_dynamic_batch_compiles_once_for_every_size() -> None:
+    from opgraph.frontends.torch import recording
+
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 5))
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="opgraph")
+    with recording() as reports, torch.no_grad():
+        for n in (4, 2, 7):
+            x = torch.randn(n, 3, 8, 8)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(reports) == 1 and reports[0].fallbacks == {}  # one graph, one executable: no recompile per size
+    assert reports[0].executable.input_types[2].shape == (None, 3, 8, 8)
+
+
+def test_mark_dynamic_training_matches_eager() -> None:
+    from opgraph.frontends.torch import recording
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 2))
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.Linear(5, 2))
+    reference.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="opgraph", options={"warn_fallbacks": False})
+    with recording() as reports:
+        for n in (3, 5):
+            x = torch.randn(n, 6)
+            torch._dynamo.mark_dynamic(x, 0)
+            fast(x).square().sum().backward()
+            reference(x).square().sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+    # forward and backward compiled once each, both by opgraph (the forward returns the batch size as is)
+    assert [(r.kind, r.executable is not None, r.fallbacks) for r in reports] == [("forward", True, {}),
+                                                                              ("backward", True, {})]

@@ -58,7 +58,8 @@ def _torchvision(name: str, image_kwarg: bool = False) -> Callable[[bool], nn.Mo
 def _bert(quick: bool) -> nn.Module:
     from transformers import BertConfig, BertForMaskedLM
 
-    small = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 512}
+    small: dict[str, Any] = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                             "intermediate_size": 512}
     cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **(small if quick else {}))
     return BertForMaskedLM(cfg)
 

@@ -20,9 +20,11 @@ import torch
 import torch.fx
 
 from ...core.errors import AttributeValueError
+from ...ir.graph import Tensor
 from ...runtime.compile import CompilationDescriptor
 from ...runtime.device import device as og_device
 from . import converters as _converters  # noqa: F401  (registers the converters)
+from .registry import SymSize
 from .translate import NotTranslatable, Translation, translate
 
 
@@ -114,7 +116,7 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
             REPORTS.append(GraphReport(kind, nodes, {}, {}, None, str(e)))
         return _boxed_eager(gm)
     dev = og_device(str(_device_of(example_inputs)))
-    targets = [t for t in tr.outputs if t is not None]
+    targets = [t for t in tr.outputs if isinstance(t, Tensor)]
     exe = tr.graph.compile({t: t.type for t in tr.inputs}, targets, device=dev, descriptor=options.descriptor())
     if tr.fallbacks and options.warn_fallbacks:
         listed = ", ".join(f"{name} x{n} ({tr.reasons[name]})" for name, n in tr.fallbacks.most_common())
@@ -126,15 +128,20 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
 
 
 def _boxed(exe: Any, tr: Translation) -> Callable[..., Any]:
-    where = [i for i, t in enumerate(tr.outputs) if t is not None]
+    where = [i for i, t in enumerate(tr.outputs) if isinstance(t, Tensor)]
+    sizes = [(i, t.position) for i, t in enumerate(tr.outputs)  # size inputs returned as they are
+             if isinstance(t, SymSize) and t.position is not None]
     n = len(tr.outputs)
+    tensors = tr.tensor_inputs
 
     def run(args: list[Any]) -> list[Any]:
-        values = exe.run(args)
-        args.clear()  # boxed: the caller's list no longer keeps the inputs alive
+        values = exe.run(args if len(tensors) == len(args) else [args[i] for i in tensors])
         out: list[Any] = [None] * n
         for i, v in zip(where, values, strict=True):
             out[i] = v
+        for i, k in sizes:
+            out[i] = args[k]
+        args.clear()  # boxed: the caller's list no longer keeps the inputs alive
         return out
 
     run._boxed_call = True  # type: ignore[attr-defined]

@@ -84,6 +84,8 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any], *, buffer
     for spec, value in zip(sig.output_specs, tr.outputs, strict=True):
         if value is None:
             continue
+        if not isinstance(value, Tensor):
+            raise GraphError(f"from_torch: output {spec.arg} is a size, not a tensor")
         if spec.kind is OutputKind.BUFFER_MUTATION:
             target = by_target.get(spec.target)
             if target is not None and target.op.op.name == "variable":

@@ -33,6 +33,24 @@ class Unsupported(Exception):
     """A converter cannot express this call (the node falls back to the ATen op)."""
 
 
+@dataclass(frozen=True)
+class SymSize:
+    """A size PyTorch traced symbolically (``mark_dynamic``, ``dynamic=True``): known only when the graph runs.
+    Converters see it in size lists; ``sizes_with_one_unknown`` turns a list with one of them into ``-1``."""
+
+    expr: str
+    position: int | None = None  # the FX input it is, when it is one (a graph may return it as is)
+
+
+def sizes_with_one_unknown(sizes: Any) -> list[int]:
+    """A size list for a reshape: its one symbolic entry (or ``-1``) becomes ``-1``; more than one unknown is
+    ``Unsupported`` (opgraph's reshape infers one dim)."""
+    out = [-1 if isinstance(d, SymSize) else d for d in sizes]
+    if not all(isinstance(d, int) for d in out) or out.count(-1) > 1:
+        raise Unsupported("a size list with more than one size known only at run time")
+    return out
+
+
 def converts(*targets: Any) -> Callable[[Converter], Converter]:
     """Register a converter for ATen ops (overloads or packets)."""
 

@@ -22,7 +22,7 @@ from ...core.errors import DTypeError, OpgraphError, ShapeError
 from ...graph import Graph
 from ...ir.graph import Tensor
 from .fallback import TORCH_FALLBACK, FallbackAttrs, encode_args, qualified_name
-from .registry import ConvertContext, Unsupported, lookup, type_of
+from .registry import ConvertContext, SymSize, Unsupported, lookup, type_of
 
 
 class NotTranslatable(OpgraphError):
@@ -33,7 +33,8 @@ class NotTranslatable(OpgraphError):
 class Translation:
     graph: Graph
     inputs: list[Tensor]  # one placeholder per FX placeholder, in order
-    outputs: list[Tensor | None]  # the FX outputs (None where the FX graph returns None)
+    outputs: list[Tensor | SymSize | None]  # the FX outputs (None where it returns None; a size input as is)
+    tensor_inputs: list[int] = field(default_factory=list)  # positions of the FX inputs that are tensors
     fallbacks: Counter[str] = field(default_factory=Counter)  # "aten::op.overload" -> nodes
     reasons: dict[str, str] = field(default_factory=dict)  # "aten::op.overload" -> why it fell back
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
@@ -53,15 +54,22 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
     g = graph if graph is not None else Graph()
     env: dict[torch.fx.Node, Any] = {}
     tr = Translation(g, [], [])
+    position = -1
     for node in gm.graph.nodes:
         if node.op == "placeholder":
+            position += 1
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt):  # a size known at run time: converters see a SymSize
+                env[node] = SymSize(str(val), position)
+                continue
             t = on_placeholder(node, g) if on_placeholder is not None else None
             if t is None:
-                ty = type_of(node.meta.get("val"))
+                ty = type_of(val)
                 if ty is None:
-                    raise NotTranslatable(f"input {node.name} is not a tensor ({type(node.meta.get('val')).__name__})")
+                    raise NotTranslatable(f"input {node.name} is not a tensor ({type(val).__name__})")
                 t = g.placeholder(ty.shape, ty.dtype, name=_name(node.name))
                 tr.inputs.append(t)
+                tr.tensor_inputs.append(position)
             env[node] = t
         elif node.op == "get_attr":
             value = _attr(gm, node.target)
@@ -73,7 +81,9 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
             items = result if isinstance(result, (tuple, list)) else [result]
             for item in items:
                 value = env[item] if isinstance(item, torch.fx.Node) else item
-                if value is not None and not isinstance(value, Tensor):
+                if isinstance(value, SymSize) and value.position is None:
+                    raise NotTranslatable(f"output {item} is a size computed at run time ({value.expr})")
+                if value is not None and not isinstance(value, (Tensor, SymSize)):
                     raise NotTranslatable(f"output {item} is not a tensor ({type(value).__name__})")
                 tr.outputs.append(value)
         else:
@@ -107,6 +117,8 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     if node.target is operator.getitem:
         seq, i = args
         return seq[i]
+    if isinstance(node.meta.get("val"), torch.SymInt):  # size arithmetic (s0 * 7, sym_size): known at run time
+        return SymSize(str(node.meta["val"]))
     if not isinstance(node.target, torch._ops.OpOverload):
         raise NotTranslatable(f"FX node {node.name} calls {node.target}, not an ATen op")
     types = _types(node)
@@ -141,6 +153,8 @@ def _same(got: Any, want: Any) -> bool:
 def _fallback(tr: Translation, node: torch.fx.Node, args: Any, kwargs: Any, types: list[Any], reason: str) -> Any:
     if not types or any(t is None for t in types):
         raise NotTranslatable(f"{node.target} returns something other than tensors and has no converter")
+    if _has_sym(args) or _has_sym(kwargs):
+        raise NotTranslatable(f"{node.target} takes a size known only at run time and has no converter ({reason})")
     inputs: list[Tensor] = []
 
     def index_of(v: Any) -> int | None:
@@ -161,6 +175,16 @@ def _fallback(tr: Translation, node: torch.fx.Node, args: Any, kwargs: Any, type
     outs = tr.graph._apply_multi(TORCH_FALLBACK, inputs, attrs, name=_name(node.name))
     val = node.meta.get("val")
     return outs if isinstance(val, (tuple, list)) else outs[0]
+
+
+def _has_sym(value: Any) -> bool:
+    if isinstance(value, SymSize):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_sym(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_sym(v) for v in value.values())
+    return False
 
 
 __all__ = ["NotTranslatable", "Translation", "translate"]

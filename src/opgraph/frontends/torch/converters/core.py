@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ....ir.graph import Tensor
-from ..registry import ConvertContext, Unsupported, converts
+from ..registry import ConvertContext, converts, sizes_with_one_unknown
 
 aten = torch.ops.aten
 
@@ -47,10 +47,8 @@ def _permute(ctx: ConvertContext, x: Tensor, dims: list[int]) -> Tensor:
 
 
 @converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-def _view(ctx: ConvertContext, x: Tensor, shape: list[int]) -> Tensor:
-    if any(not isinstance(d, int) for d in shape):
-        raise Unsupported("symbolic sizes in a view")
-    return ctx.g.reshape(x, shape)
+def _view(ctx: ConvertContext, x: Tensor, shape: list[Any]) -> Tensor:
+    return ctx.g.reshape(x, sizes_with_one_unknown(shape))
 
 
 @converts(aten.mm.default, aten.bmm.default)
