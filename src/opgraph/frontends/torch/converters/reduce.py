@@ -269,3 +269,29 @@ def _vector_norm(ctx: ConvertContext, x: Tensor, ord: Any = 2, dim: Any = None, 
 
 
 __all__ = ["axes_of"]
+
+
+@converts(aten.var.dim)
+def _var_dim(ctx: ConvertContext, x: Tensor, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Tensor:
+    return _var(ctx, x, dim, 1 if unbiased else 0, keepdim)
+
+
+# ---- sorting ---------------------------------------------------------------------------------------------
+@converts(aten.sort.default)
+def _sort(ctx: ConvertContext, x: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """Values and int64 indices. opgraph's sort is stable, which is one of the orders ATen's may give (ties
+    aside, the same); NaN sorts above +inf in both."""
+    axis = norm_dim(dim, x.rank)
+    if x.dtype.is_complex:
+        raise Unsupported("sorting complex values")
+    return ctx.g.sort(x, axis, bool(descending)), cast_to(ctx, ctx.g.argsort(x, axis, bool(descending)), int64)
+
+
+@converts(aten.topk.default)
+def _topk(ctx: ConvertContext, x: Tensor, k: int, dim: int = -1, largest: bool = True,
+          sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002  (ATen's argument name)
+    axis = norm_dim(dim, x.rank)
+    if isinstance(k, bool) or not isinstance(k, int) or x.dtype.is_complex:
+        raise Unsupported(f"topk with k={k!r} of {x.dtype.name}")
+    values, indices = (ctx.g.top_k if largest else ctx.g.bottom_k)(x, k, axis)
+    return values, cast_to(ctx, indices, int64)

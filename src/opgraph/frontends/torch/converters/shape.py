@@ -15,6 +15,7 @@ import torch
 from ....core.dtype import int64
 from ....ir.graph import Tensor
 from ....ops.gather import ScatterMode
+from ....ops.slicing import PaddingMode
 from ..registry import ConvertContext, Unsupported, converts
 from .core import _identity, _permute, _view
 
@@ -551,3 +552,56 @@ def _index_put(ctx: ConvertContext, x: Tensor, indices: Sequence[Any], values: T
 
 
 __all__ = ["cast_to", "ints", "norm_dim", "slice_axis", "static_dim"]
+
+
+def _pad_amounts(padding: Any, dims: int, rank: int) -> tuple[list[int], list[int]]:
+    """ATen's (left, right) pairs from the last axis backwards, as per-axis left and right paddings."""
+    amounts = ints(padding, "padding")
+    if len(amounts) != 2 * dims or rank < dims or any(a < 0 for a in amounts):
+        raise Unsupported(f"padding {amounts} of a rank-{rank} tensor")
+    left, right = [0] * rank, [0] * rank
+    for j in range(dims):
+        left[rank - 1 - j], right[rank - 1 - j] = amounts[2 * j], amounts[2 * j + 1]
+    return left, right
+
+
+def _edge_pad(mode: PaddingMode, dims: int) -> Any:
+    """reflection_pad{1,2,3}d / replication_pad{1,2,3}d."""
+
+    def convert(ctx: ConvertContext, x: Tensor, padding: Any) -> Tensor:
+        left, right = _pad_amounts(padding, dims, x.rank)
+        amounts = list(padding)
+        if mode is PaddingMode.REFLECT:  # PyTorch requires padding < the size; opgraph's reflect needs it too
+            for axis in range(x.rank - dims, x.rank):
+                d = static_dim(x, axis, "reflection padding")
+                if max(left[axis], right[axis]) >= d:
+                    raise Unsupported(f"reflection padding {amounts} of a dim of size {d}")
+        return ctx.g.pad(x, mode, left, right)
+
+    return convert
+
+
+for _dims, _op in ((1, aten.reflection_pad1d.default), (2, aten.reflection_pad2d.default),
+                   (3, aten.reflection_pad3d.default)):
+    converts(_op)(_edge_pad(PaddingMode.REFLECT, _dims))
+for _dims, _op in ((1, aten.replication_pad1d.default), (2, aten.replication_pad2d.default),
+                   (3, aten.replication_pad3d.default)):
+    converts(_op)(_edge_pad(PaddingMode.CLAMP_TO_EDGE, _dims))
+
+
+def _edge_pad_backward(mode: PaddingMode, dims: int) -> Any:
+    """The adjoint: each padded position's gradient added back to the element it copies (pad_gradient)."""
+
+    def convert(ctx: ConvertContext, grad: Tensor, x: Tensor, padding: Any) -> Tensor:
+        left, right = _pad_amounts(padding, dims, x.rank)
+        return ctx.g.pad_gradient(grad, mode, left, right)
+
+    return convert
+
+
+for _dims, _op in ((1, aten.reflection_pad1d_backward.default), (2, aten.reflection_pad2d_backward.default),
+                   (3, aten.reflection_pad3d_backward.default)):
+    converts(_op)(_edge_pad_backward(PaddingMode.REFLECT, _dims))
+for _dims, _op in ((1, aten.replication_pad1d_backward.default), (2, aten.replication_pad2d_backward.default),
+                   (3, aten.replication_pad3d_backward.default)):
+    converts(_op)(_edge_pad_backward(PaddingMode.CLAMP_TO_EDGE, _dims))

@@ -1,0 +1,40 @@
+"""Converters for sort, topk, var.dim and the reflection/replication pads, against eager PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.frontends.torch_harness import check_inference, check_training
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def test_sort_and_topk() -> None:
+    x = torch.randn(4, 9)
+    x[1, 3] = float("nan")
+
+    def f(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        v, i = torch.sort(t, dim=1, descending=True)
+        a, b = torch.sort(t, dim=0)
+        top_v, top_i = torch.topk(t, 3, dim=1)
+        low_v, low_i = torch.topk(t, 2, dim=0, largest=False)
+        return v, i, a, b, top_v, top_i, low_v, low_i
+
+    check_inference(f, x)
+
+
+def test_variance_with_unbiased_flag() -> None:
+    check_inference(lambda t: (torch.var(t, 1, unbiased=True), torch.var(t, 0, unbiased=False, keepdim=True)),
+                    torch.randn(5, 6))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_edge_pads_inference_and_training(mode: str) -> None:
+    x1, x2, x3 = torch.randn(2, 3, 7), torch.randn(2, 3, 6, 5), torch.randn(1, 2, 4, 5, 6)
+    check_inference(lambda a, b, c: (F.pad(a, (2, 1), mode=mode), F.pad(b, (1, 2, 3, 0), mode=mode),
+                                     F.pad(c, (1, 1, 2, 0, 0, 3), mode=mode)), x1, x2, x3)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), torch.nn.ReflectionPad2d(2) if mode == "reflect"
+                                else torch.nn.ReplicationPad2d(2), torch.nn.Conv2d(3, 2, 3))
+    check_training(model, x2, rtol=1e-4, atol=1e-5)
