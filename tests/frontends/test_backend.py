@@ -159,3 +159,31 @@ def test_mark_dynamic_training_matches_eager() -> None:
     # forward and backward compiled once each, both by opgraph (the forward returns the batch size as is)
     assert [(r.kind, r.executable is not None, r.fallbacks) for r in reports] == [("forward", True, {}),
                                                                               ("backward", True, {})]
+
+
+def test_in_place_updates_and_copies_are_applied() -> None:
+    """Mutations are functionalised by AOTAutograd and written back to the inputs: an optimizer-style update,
+    a copy_ into an input, and a buffer updated in place inside the compiled function."""
+
+    def sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor]) -> None:
+        for p, g in zip(params, grads, strict=True):
+            p.mul_(0.9).add_(g, alpha=-0.1)
+
+    def copy_and_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.copy_(y * 2.0)
+        return x + 1.0
+
+    params = [torch.randn(3, 4), torch.randn(5)]
+    grads = [torch.randn(3, 4), torch.randn(5)]
+    want = [p.clone() for p in params]
+    sgd_step(want, grads)
+    fast = compiled(sgd_step)
+    with torch.no_grad():
+        fast(params, grads)
+    for p, w in zip(params, want, strict=True):
+        torch.testing.assert_close(p, w)
+    x, y = torch.zeros(4), torch.randn(4)
+    with torch.no_grad():
+        out = compiled(copy_and_add)(x, y)
+    torch.testing.assert_close(x, y * 2.0)
+    torch.testing.assert_close(out, y * 2.0 + 1.0)

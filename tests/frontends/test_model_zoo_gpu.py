@@ -1,0 +1,81 @@
+"""The model zoo through ``torch.compile(backend="opgraph")`` on CUDA, against eager PyTorch: torchvision
+ResNet-18/50, VGG16, AlexNet, MobileNetV2, EfficientNet-B0, ViT-B/16 and timm's ConvMixer, random weights, no
+downloads. Inference (outputs) and training (loss, gradients, buffers and one SGD step, through the harness)
+in float32 with TF32 off; bfloat16 inference with a loose tolerance. Runs with ``pytest -m gpu`` where
+torchvision and timm import (the GPU machine); the CPU subset in CI is in test_convert_nn.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tests.frontends.torch_harness import check_inference, check_training
+
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::FutureWarning"),
+              pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def _torchvision(name: str, **kwargs: Any) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        tv = pytest.importorskip("torchvision")
+        return getattr(tv.models, name)(weights=None, **kwargs)
+
+    return build
+
+
+def _convmixer() -> torch.nn.Module:
+    timm = pytest.importorskip("timm")
+    return timm.create_model("convmixer_768_32", pretrained=False, num_classes=10)
+
+
+# (builder, image size, batch): small batches keep the suite a few minutes long
+MODELS: dict[str, tuple[Callable[[], torch.nn.Module], int, int]] = {
+    "resnet18": (_torchvision("resnet18"), 64, 4),
+    "resnet50": (_torchvision("resnet50"), 64, 4),
+    "vgg16": (_torchvision("vgg16"), 32, 2),
+    "alexnet": (_torchvision("alexnet"), 64, 2),
+    "mobilenet_v2": (_torchvision("mobilenet_v2"), 64, 4),
+    "efficientnet_b0": (_torchvision("efficientnet_b0"), 64, 4),
+    "vit_b_16": (_torchvision("vit_b_16", image_size=32, num_classes=10), 32, 2),
+    "convmixer": (_convmixer, 32, 2),
+}
+
+
+@pytest.fixture(autouse=True)
+def _exact_float32() -> Any:
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    build, size, batch = MODELS[name]
+    torch.manual_seed(0)
+    model = build().cuda()
+    for m in model.modules():  # dropout off: the comparison needs the same function
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model, torch.randn(batch, 3, size, size, device="cuda")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_inference_matches_eager(name: str) -> None:
+    model, x = _model(name)
+    check_inference(model.eval(), x, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_step_matches_eager(name: str) -> None:
+    model, x = _model(name)
+    check_training(model.train(), x, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vit_b_16"])
+def test_bfloat16_inference_is_close(name: str) -> None:
+    model, x = _model(name)
+    model = model.eval().to(torch.bfloat16)
+    check_inference(model, x.to(torch.bfloat16), rtol=5e-2, atol=5e-2)
