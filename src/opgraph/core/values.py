@@ -20,7 +20,8 @@ def to_torch(value: Any, dtype: DType | None = None) -> torch.Tensor:
     elif isinstance(value, np.ndarray | np.generic):
         t = torch.from_numpy(np.ascontiguousarray(value))
     elif isinstance(value, float) or (isinstance(value, (list, tuple)) and _has_float(value)):
-        t = torch.tensor(value, dtype=torch.float32)  # Python floats default to float32
+        # Python floats default to float32; made at float64 first, so an asked-for dtype rounds them only once
+        t = torch.tensor(value, dtype=torch.float64 if dtype is not None else torch.float32)
     else:
         try:
             t = torch.tensor(value)
