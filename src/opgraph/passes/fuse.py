@@ -150,21 +150,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
             if region_of.get(id(t.op)) != region_of.get(id(op)) or id(op) not in region_of:
                 outside_uses.add(id(t))
     bodies: dict[int, tuple[list[Operation], list[Tensor], list[Tensor]]] = {}
-    for r, region in enumerate(regions):
-        body = _trim(region.ops, readers)
-        if not _worth_a_kernel(body):
-            continue
-        members = {id(o) for o in body}
-        ext: list[Tensor] = []
-        for o in body:
-            for t in o.inputs:
-                if id(t.op) not in members and all(e is not t for e in ext):
-                    ext.append(t)
-        outs = [o.outputs[0] for o in body if id(o.outputs[0]) in outside_uses
-                or any(id(u) not in members for u in readers.get(id(o.outputs[0]), []))]
-        if can_emit is not None and not can_emit(body, ext, outs):
-            continue
-        bodies[r] = (body, ext, outs)
+    for region in regions:
+        for part in _emittable_parts(_trim(region.ops, readers), readers, outside_uses, can_emit):
+            bodies[len(bodies)] = part
     in_fused = {id(o): r for r, (body, _, _) in bodies.items() for o in body}
     last = {id(body[-1]): r for r, (body, _, _) in bodies.items()}
 
@@ -216,6 +204,41 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
 
 
 _FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+
+
+Part = tuple[list[Operation], list[Tensor], list[Tensor]]  # (ops, inputs, outputs) of one fused op
+
+
+def _io(body: list[Operation], readers: dict[int, list[Operation]], outside_uses: set[int]) -> Part:
+    members = {id(o) for o in body}
+    ext: list[Tensor] = []
+    for o in body:
+        for t in o.inputs:
+            if id(t.op) not in members and all(e is not t for e in ext):
+                ext.append(t)
+    outs = [o.outputs[0] for o in body if id(o.outputs[0]) in outside_uses
+            or any(id(u) not in members for u in readers.get(id(o.outputs[0]), []))]
+    return body, ext, outs
+
+
+def _emittable_parts(body: list[Operation], readers: dict[int, list[Operation]], outside_uses: set[int],
+                     can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None) -> list[Part]:
+    """The region as fused ops: whole when its kernel can be written, else split into the longest prefixes
+    that can (an op no prefix can start stays unfused), so one unwritable op does not unfuse its neighbours."""
+    parts: list[Part] = []
+    rest = body
+    while rest:
+        for k in range(len(rest), 0, -1):
+            if not _worth_a_kernel(rest[:k]):
+                continue
+            part = _io(rest[:k], readers, outside_uses)
+            if can_emit is None or can_emit(*part):
+                parts.append(part)
+                rest = rest[k:]
+                break
+        else:
+            rest = rest[1:]
+    return parts
 
 
 def _worth_a_kernel(body: list[Operation]) -> bool:
