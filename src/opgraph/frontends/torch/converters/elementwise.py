@@ -12,7 +12,6 @@ A dtype opgraph has no op for makes the converter raise ``Unsupported`` (the nod
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 import torch
 
 from ....core.dtype import DType, bfloat16, bool_, float16, float32, float64, from_torch, int16, int32, int64
-from ....core.errors import DTypeError
 from ....ir.graph import Tensor
 from ....ops.activation import GeluApproximation
 from ..registry import ConvertContext, Unsupported, converts
@@ -31,23 +29,6 @@ prims = torch.ops.prims
 HALF = (float16, bfloat16)
 _STRIDED = (None, torch.strided)
 _SAME_FORMAT = (None, torch.preserve_format, torch.contiguous_format)
-
-
-def _converts(*targets: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``converts``, with opgraph's dtype refusals (``DTypeError``) turned into ``Unsupported``."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def convert(ctx: ConvertContext, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(ctx, *args, **kwargs)
-            except DTypeError as e:
-                raise Unsupported(f"dtype: {e}") from None
-
-        converts(*targets)(convert)
-        return fn
-
-    return register
 
 
 # ---- operands ----------------------------------------------------------------------------------------
@@ -139,17 +120,17 @@ def _rounding(method: str) -> Callable[..., Tensor]:
 
 
 for _target, _method in _FLOAT_MATH.items():
-    _converts(_target)(_float_math(_method))
+    converts(_target)(_float_math(_method))
 for _target, _method in _ROUNDING.items():
-    _converts(_target)(_rounding(_method))
+    converts(_target)(_rounding(_method))
 
 
-@_converts(aten.square.default)
+@converts(aten.square.default)
 def _square(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.square(_as(ctx, x, _out(ctx)))
 
 
-@_converts(aten.round.decimals)
+@converts(aten.round.decimals)
 def _round_decimals(ctx: ConvertContext, x: Tensor, *, decimals: int = 0) -> Tensor:
     if not x.dtype.is_floating:
         return x
@@ -162,17 +143,17 @@ def _round_decimals(ctx: ConvertContext, x: Tensor, *, decimals: int = 0) -> Ten
     return _as(ctx, r, x.dtype)
 
 
-@_converts(aten.abs.default)
+@converts(aten.abs.default)
 def _abs(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.abs(x)
 
 
-@_converts(aten.neg.default)
+@converts(aten.neg.default)
 def _neg(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.negative(x)
 
 
-@_converts(aten.sign.default, aten.sgn.default)
+@converts(aten.sign.default, aten.sgn.default)
 def _sign(ctx: ConvertContext, x: Tensor) -> Tensor:
     g, dt = ctx.g, x.dtype
     if dt.is_bool:
@@ -197,37 +178,37 @@ def _signbit(ctx: ConvertContext, x: Tensor) -> Tensor:
     return g.less(g.reinterpret_cast(x, bits), 0)  # the sign bit itself: set for -0.0 and negative NaNs
 
 
-@_converts(aten.signbit.default)
+@converts(aten.signbit.default)
 def _signbit_op(ctx: ConvertContext, x: Tensor) -> Tensor:
     return _signbit(ctx, x)
 
 
-@_converts(aten.isnan.default)
+@converts(aten.isnan.default)
 def _isnan(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.fill_like(x, False, bool_) if x.dtype.is_bool else ctx.g.isnan(x)
 
 
-@_converts(aten.isinf.default)
+@converts(aten.isinf.default)
 def _isinf(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.fill_like(x, False, bool_) if x.dtype.is_bool else ctx.g.isinf(x)
 
 
-@_converts(aten.isfinite.default)
+@converts(aten.isfinite.default)
 def _isfinite(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.fill_like(x, True, bool_) if x.dtype.is_bool else ctx.g.isfinite(x)
 
 
-@_converts(aten.logical_not.default)
+@converts(aten.logical_not.default)
 def _logical_not(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.logical_not(_as(ctx, x, bool_))
 
 
-@_converts(aten.bitwise_not.default)
+@converts(aten.bitwise_not.default)
 def _bitwise_not(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.logical_not(x) if x.dtype.is_bool else ctx.g.bitwise_not(x)
 
 
-@_converts(aten.log1p.default)
+@converts(aten.log1p.default)
 def _log1p(ctx: ConvertContext, x: Tensor) -> Tensor:
     """log(1 + x) accurate near 0 (Goldberg): log(u) * x / (u - 1) with u = 1 + x, x itself where u == 1."""
     g, out = ctx.g, _floating(ctx, "log1p")
@@ -238,7 +219,7 @@ def _log1p(ctx: ConvertContext, x: Tensor) -> Tensor:
     return _as(ctx, g.select(g.equal(u, 1.0), a, r), out)
 
 
-@_converts(aten.expm1.default)
+@converts(aten.expm1.default)
 def _expm1(ctx: ConvertContext, x: Tensor) -> Tensor:
     """exp(x) - 1 accurate near 0 (Kahan): (u - 1) * (x / log(u)) with u = exp(x), x itself where u == 1."""
     g, out = ctx.g, _floating(ctx, "expm1")
@@ -275,7 +256,7 @@ _BINARY = {
      aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor): "shift_right",
 }
 for _targets, _method in _BINARY.items():
-    _converts(*_targets)(_binary(_method))
+    converts(*_targets)(_binary(_method))
 
 
 def _extremum(nan_method: str, bool_method: str) -> Callable[..., Tensor]:
@@ -288,10 +269,10 @@ def _extremum(nan_method: str, bool_method: str) -> Callable[..., Tensor]:
 
 
 # ATen's maximum/minimum propagate NaN (opgraph's *_with_nan_propagation); fmax/fmin ignore it (opgraph's maximum)
-_converts(aten.maximum.default)(_extremum("maximum_with_nan_propagation", "logical_or"))
-_converts(aten.minimum.default)(_extremum("minimum_with_nan_propagation", "logical_and"))
-_converts(aten.fmax.default)(_extremum("maximum", "logical_or"))
-_converts(aten.fmin.default)(_extremum("minimum", "logical_and"))
+converts(aten.maximum.default)(_extremum("maximum_with_nan_propagation", "logical_or"))
+converts(aten.minimum.default)(_extremum("minimum_with_nan_propagation", "logical_and"))
+converts(aten.fmax.default)(_extremum("maximum", "logical_or"))
+converts(aten.fmin.default)(_extremum("minimum", "logical_and"))
 
 
 def _divide(ctx: ConvertContext, x: Any, y: Any, mode: str | None) -> Tensor:
@@ -339,22 +320,22 @@ def _floor_divide_float(ctx: ConvertContext, a: Any, b: Tensor) -> Tensor:
     return g.select(g.equal(b, 0), q, fl)
 
 
-@_converts(aten.div.Tensor, aten.div.Scalar)
+@converts(aten.div.Tensor, aten.div.Scalar)
 def _div(ctx: ConvertContext, x: Any, y: Any) -> Tensor:
     return _divide(ctx, x, y, None)
 
 
-@_converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
+@converts(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(ctx: ConvertContext, x: Any, y: Any, *, rounding_mode: str | None = None) -> Tensor:
     return _divide(ctx, x, y, rounding_mode)
 
 
-@_converts(aten.floor_divide.default, aten.floor_divide.Scalar)
+@converts(aten.floor_divide.default, aten.floor_divide.Scalar)
 def _floor_divide(ctx: ConvertContext, x: Any, y: Any) -> Tensor:
     return _divide(ctx, x, y, "floor")
 
 
-@_converts(aten.pow.Tensor_Scalar)
+@converts(aten.pow.Tensor_Scalar)
 def _pow_tensor_scalar(ctx: ConvertContext, x: Tensor, exponent: Any) -> Tensor:
     g, out = ctx.g, _out(ctx)
     e = _number(exponent, "exponent")
@@ -379,13 +360,13 @@ def _pow_tensor_scalar(ctx: ConvertContext, x: Tensor, exponent: Any) -> Tensor:
     return g.power(a, _as(ctx, e, out))
 
 
-@_converts(aten.pow.Tensor_Tensor)
+@converts(aten.pow.Tensor_Tensor)
 def _pow_tensor_tensor(ctx: ConvertContext, x: Tensor, y: Tensor) -> Tensor:
     dt = _out(ctx)
     return ctx.g.power(_as(ctx, x, dt), _as(ctx, y, dt))
 
 
-@_converts(aten.pow.Scalar)
+@converts(aten.pow.Scalar)
 def _pow_scalar(ctx: ConvertContext, base: Any, y: Tensor) -> Tensor:
     dt = _out(ctx)
     b = _as(ctx, base, dt)
@@ -394,7 +375,7 @@ def _pow_scalar(ctx: ConvertContext, base: Any, y: Tensor) -> Tensor:
     return ctx.g.power(b, _as(ctx, y, dt))
 
 
-@_converts(aten.copysign.Tensor, aten.copysign.Scalar)
+@converts(aten.copysign.Tensor, aten.copysign.Scalar)
 def _copysign(ctx: ConvertContext, x: Any, y: Any) -> Tensor:
     g, dt = ctx.g, _floating(ctx, "copysign")
     a = g.abs(_as(ctx, x, dt))
@@ -403,7 +384,7 @@ def _copysign(ctx: ConvertContext, x: Any, y: Any) -> Tensor:
     return g.negative(a) if math.copysign(1.0, float(_number(y))) < 0 else a
 
 
-@_converts(aten.lerp.Scalar, aten.lerp.Tensor)
+@converts(aten.lerp.Scalar, aten.lerp.Tensor)
 def _lerp(ctx: ConvertContext, start: Tensor, end: Tensor, weight: Any) -> Tensor:
     """ATen: start + w (end - start) where |w| < 0.5, else end - (end - start)(1 - w); float16 in float32."""
     g, out = ctx.g, _floating(ctx, "lerp")
@@ -435,7 +416,7 @@ def _compare(method: str) -> Callable[..., Tensor]:
 for _name, _method in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                        ("gt", "greater"), ("ge", "greater_equal")):
     _packet = getattr(aten, _name)
-    _converts(_packet.Tensor, _packet.Scalar)(_compare(_method))
+    converts(_packet.Tensor, _packet.Scalar)(_compare(_method))
 
 
 def _logical(method: str) -> Callable[..., Tensor]:
@@ -445,12 +426,12 @@ def _logical(method: str) -> Callable[..., Tensor]:
     return convert
 
 
-_converts(aten.logical_and.default)(_logical("logical_and"))
-_converts(aten.logical_or.default)(_logical("logical_or"))
-_converts(aten.logical_xor.default)(_logical("logical_xor"))
+converts(aten.logical_and.default)(_logical("logical_and"))
+converts(aten.logical_or.default)(_logical("logical_or"))
+converts(aten.logical_xor.default)(_logical("logical_xor"))
 
 
-@_converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+@converts(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx: ConvertContext, condition: Tensor, x: Any, y: Any) -> Tensor:
     dt = _out(ctx)
     a = _as(ctx, x, dt)
@@ -474,22 +455,22 @@ def _clamp_to(ctx: ConvertContext, x: Any, low: Any, high: Any) -> Tensor:
     return g.clamp(a, _as(ctx, low, dt), _as(ctx, high, dt))
 
 
-@_converts(aten.clamp.default, aten.clamp.Tensor)
+@converts(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(ctx: ConvertContext, x: Tensor, min: Any = None, max: Any = None) -> Tensor:
     return _clamp_to(ctx, x, min, max)
 
 
-@_converts(aten.clamp_min.default, aten.clamp_min.Tensor)
+@converts(aten.clamp_min.default, aten.clamp_min.Tensor)
 def _clamp_min(ctx: ConvertContext, x: Tensor, min: Any) -> Tensor:
     return _clamp_to(ctx, x, min, None)
 
 
-@_converts(aten.clamp_max.default, aten.clamp_max.Tensor)
+@converts(aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp_max(ctx: ConvertContext, x: Tensor, max: Any) -> Tensor:
     return _clamp_to(ctx, x, None, max)
 
 
-@_converts(aten.hardtanh.default)
+@converts(aten.hardtanh.default)
 def _hardtanh(ctx: ConvertContext, x: Tensor, min_val: Any = -1.0, max_val: Any = 1.0) -> Tensor:
     return _clamp_to(ctx, x, min_val, max_val)
 
@@ -501,32 +482,32 @@ def _approximation(approximate: str) -> GeluApproximation:
     return GeluApproximation.TANH if approximate == "tanh" else GeluApproximation.NONE
 
 
-@_converts(aten.gelu.default)
+@converts(aten.gelu.default)
 def _gelu(ctx: ConvertContext, x: Tensor, *, approximate: str = "none") -> Tensor:
     return ctx.g.gelu(x, _approximation(approximate))
 
 
-@_converts(aten.silu.default)
+@converts(aten.silu.default)
 def _silu(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.silu(x)
 
 
-@_converts(aten.mish.default)
+@converts(aten.mish.default)
 def _mish(ctx: ConvertContext, x: Tensor) -> Tensor:
     return ctx.g.mish(x)
 
 
-@_converts(aten.softplus.default)
+@converts(aten.softplus.default)
 def _softplus(ctx: ConvertContext, x: Tensor, beta: Any = 1.0, threshold: Any = 20.0) -> Tensor:
     return ctx.g.softplus(x, _number(beta), _number(threshold))
 
 
-@_converts(aten.leaky_relu.default)
+@converts(aten.leaky_relu.default)
 def _leaky_relu(ctx: ConvertContext, x: Tensor, negative_slope: Any = 0.01) -> Tensor:
     return ctx.g.leaky_relu(x, _number(negative_slope))
 
 
-@_converts(aten.elu.default)
+@converts(aten.elu.default)
 def _elu(ctx: ConvertContext, x: Tensor, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Tensor:
     """ATen: x * scale where x > 0, else expm1(x * input_scale) * (alpha * scale) (selu and celu come here)."""
     g = ctx.g
@@ -537,7 +518,7 @@ def _elu(ctx: ConvertContext, x: Tensor, alpha: Any = 1.0, scale: Any = 1.0, inp
     return g.select(g.greater(x, 0), g.multiply(x, scale), negative)
 
 
-@_converts(aten.threshold.default)
+@converts(aten.threshold.default)
 def _threshold(ctx: ConvertContext, x: Tensor, threshold: Any, value: Any) -> Tensor:
     dt = _out(ctx)
     return ctx.g.select(ctx.g.less_equal(x, _as(ctx, threshold, dt)), _tensor(ctx, value, dt), x)
@@ -548,13 +529,13 @@ def _hard_sigmoid_of(ctx: ConvertContext, a: Tensor) -> Tensor:
     return g.divide(g.clamp(g.add(a, 3.0), 0.0, 6.0), 6.0)
 
 
-@_converts(aten.hardsigmoid.default)
+@converts(aten.hardsigmoid.default)
 def _hardsigmoid(ctx: ConvertContext, x: Tensor) -> Tensor:
     out = _floating(ctx, "hardsigmoid")
     return _as(ctx, _hard_sigmoid_of(ctx, _as(ctx, x, _opmath(out))), out)
 
 
-@_converts(aten.hardswish.default)
+@converts(aten.hardswish.default)
 def _hardswish(ctx: ConvertContext, x: Tensor) -> Tensor:
     g, out = ctx.g, _floating(ctx, "hardswish")
     a = _as(ctx, x, _opmath(out))  # ATen: x * min(max(x + 3, 0), 6) / 6
@@ -563,13 +544,13 @@ def _hardswish(ctx: ConvertContext, x: Tensor) -> Tensor:
 
 
 # ---- gradients of activations (graphs without core-ATen decompositions have them) --------------------------
-@_converts(aten.threshold_backward.default)
+@converts(aten.threshold_backward.default)
 def _threshold_backward(ctx: ConvertContext, grad: Tensor, x: Tensor, threshold: Any) -> Tensor:
     g = ctx.g  # 0 where x <= threshold (NaN x passes the gradient)
     return g.select(g.less_equal(x, _as(ctx, threshold, x.dtype)), g.zeros_like(grad), grad)
 
 
-@_converts(aten.sigmoid_backward.default)
+@converts(aten.sigmoid_backward.default)
 def _sigmoid_backward(ctx: ConvertContext, grad: Tensor, y: Tensor) -> Tensor:
     g, out = ctx.g, _floating(ctx, "sigmoid_backward")
     dt = _opmath(out)
@@ -577,7 +558,7 @@ def _sigmoid_backward(ctx: ConvertContext, grad: Tensor, y: Tensor) -> Tensor:
     return _as(ctx, g.multiply(g.multiply(gr, g.subtract(1.0, s)), s), out)
 
 
-@_converts(aten.tanh_backward.default)
+@converts(aten.tanh_backward.default)
 def _tanh_backward(ctx: ConvertContext, grad: Tensor, y: Tensor) -> Tensor:
     g, out = ctx.g, _floating(ctx, "tanh_backward")
     dt = _opmath(out)
@@ -585,7 +566,7 @@ def _tanh_backward(ctx: ConvertContext, grad: Tensor, y: Tensor) -> Tensor:
     return _as(ctx, g.multiply(gr, g.subtract(1.0, g.multiply(t, t))), out)
 
 
-@_converts(aten.silu_backward.default)
+@converts(aten.silu_backward.default)
 def _silu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor) -> Tensor:
     g, out = ctx.g, _floating(ctx, "silu_backward")
     dt = _opmath(out)
@@ -595,7 +576,7 @@ def _silu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor) -> Tensor:
     return _as(ctx, r, out)
 
 
-@_converts(aten.gelu_backward.default)
+@converts(aten.gelu_backward.default)
 def _gelu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor, *, approximate: str = "none") -> Tensor:
     g, out = ctx.g, _floating(ctx, "gelu_backward")
     dt = _opmath(out)
@@ -616,7 +597,7 @@ def _gelu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor, *, approximate:
 
 
 # ---- casts ---------------------------------------------------------------------------------------------------
-@_converts(aten._to_copy.default)
+@converts(aten._to_copy.default)
 def _to_copy(ctx: ConvertContext, x: Tensor, *, dtype: Any = None, layout: Any = None, device: Any = None,
              pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Tensor:
     # ``device`` is not checked: an executable runs on one device, and a converter cannot see the source's
@@ -630,7 +611,7 @@ def _to_copy(ctx: ConvertContext, x: Tensor, *, dtype: Any = None, layout: Any =
     return _as(ctx, x, _out(ctx))
 
 
-@_converts(prims.convert_element_type.default)
+@converts(prims.convert_element_type.default)
 def _convert_element_type(ctx: ConvertContext, x: Tensor, dtype: Any) -> Tensor:
     return _as(ctx, x, _out(ctx))
 
@@ -662,25 +643,25 @@ def _filled(ctx: ConvertContext, size: Sequence[Any], value: Any) -> Tensor:
     return ctx.g.broadcast_to(c, shape) if shape else c
 
 
-@_converts(aten.scalar_tensor.default)
+@converts(aten.scalar_tensor.default)
 def _scalar_tensor(ctx: ConvertContext, value: Any, **kwargs: Any) -> Tensor:
     _check_factory(**kwargs)
     return ctx.g.constant(_value(value, _out(ctx)))
 
 
-@_converts(aten.full.default)
+@converts(aten.full.default)
 def _full(ctx: ConvertContext, size: Sequence[Any], fill_value: Any, **kwargs: Any) -> Tensor:
     _check_factory(**kwargs)
     return _filled(ctx, size, fill_value)
 
 
-@_converts(aten.empty.memory_format)
+@converts(aten.empty.memory_format)
 def _empty(ctx: ConvertContext, size: Sequence[Any], **kwargs: Any) -> Tensor:
     _check_factory(**kwargs)
     return _filled(ctx, size, 0)  # the values are unspecified: zeros
 
 
-@_converts(aten.empty_permuted.default, aten.empty_strided.default)
+@converts(aten.empty_permuted.default, aten.empty_strided.default)
 def _empty_permuted(ctx: ConvertContext, size: Sequence[Any], layout_or_stride: Any, **kwargs: Any) -> Tensor:
     _check_factory(**kwargs)
     return _filled(ctx, size, 0)
@@ -692,27 +673,27 @@ def _fill_like(ctx: ConvertContext, x: Tensor, value: Any, kwargs: dict[str, Any
     return ctx.g.fill_like(x, _value(value, dt).item(), dt)
 
 
-@_converts(aten.full_like.default)
+@converts(aten.full_like.default)
 def _full_like(ctx: ConvertContext, x: Tensor, fill_value: Any, **kwargs: Any) -> Tensor:
     return _fill_like(ctx, x, fill_value, kwargs)
 
 
-@_converts(aten.zeros_like.default, aten.empty_like.default)
+@converts(aten.zeros_like.default, aten.empty_like.default)
 def _zeros_like(ctx: ConvertContext, x: Tensor, **kwargs: Any) -> Tensor:
     return _fill_like(ctx, x, 0, kwargs)
 
 
-@_converts(aten.ones_like.default)
+@converts(aten.ones_like.default)
 def _ones_like(ctx: ConvertContext, x: Tensor, **kwargs: Any) -> Tensor:
     return _fill_like(ctx, x, 1, kwargs)
 
 
-@_converts(aten.fill.Scalar)
+@converts(aten.fill.Scalar)
 def _fill_scalar(ctx: ConvertContext, x: Tensor, value: Any) -> Tensor:
     return ctx.g.fill_like(x, _value(value, x.dtype).item(), x.dtype)
 
 
-@_converts(aten.fill.Tensor)
+@converts(aten.fill.Tensor)
 def _fill_tensor(ctx: ConvertContext, x: Tensor, value: Tensor) -> Tensor:
     return ctx.g.broadcast_like(_as(ctx, value, x.dtype), x)
 
@@ -737,16 +718,16 @@ def _arange(ctx: ConvertContext, start: Any, step: Any, kwargs: dict[str, Any]) 
     return _as(ctx, r, dt)
 
 
-@_converts(aten.arange.default)
+@converts(aten.arange.default)
 def _arange_end(ctx: ConvertContext, end: Any, **kwargs: Any) -> Tensor:
     return _arange(ctx, 0, 1, kwargs)
 
 
-@_converts(aten.arange.start)
+@converts(aten.arange.start)
 def _arange_start(ctx: ConvertContext, start: Any, end: Any, **kwargs: Any) -> Tensor:
     return _arange(ctx, start, 1, kwargs)
 
 
-@_converts(aten.arange.start_step)
+@converts(aten.arange.start_step)
 def _arange_start_step(ctx: ConvertContext, start: Any, end: Any, step: Any = 1, **kwargs: Any) -> Tensor:
     return _arange(ctx, start, step, kwargs)
