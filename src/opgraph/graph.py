@@ -20,6 +20,7 @@ from .ops.pooling import PoolingBuilders
 from .ops.pooling_grad import PoolingGradientBuilders
 from .ops.pooling_indices import PoolingIndicesBuilders
 from .ops.reduce import ReduceBuilders
+from .ops.reshape_dims import ReshapeDimsBuilders
 from .ops.resize import ResizeBuilders
 from .ops.scan import ScanBuilders
 from .ops.shape import ShapeBuilders
@@ -41,6 +42,7 @@ class Graph(
     ScanBuilders,
     SortBuilders,
     ShapeBuilders,
+    ReshapeDimsBuilders,
     SpaceDepthBuilders,
     SlicingBuilders,
     GatherBuilders,

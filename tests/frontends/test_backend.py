@@ -187,3 +187,21 @@ def test_in_place_updates_and_copies_are_applied() -> None:
         out = compiled(copy_and_add)(x, y)
     torch.testing.assert_close(x, y * 2.0)
     torch.testing.assert_close(out, y * 2.0 + 1.0)
+
+
+def test_dynamic_true_reads_sizes_from_the_inputs() -> None:
+    """Under dynamic=True every size is symbolic: a view to (batch, -1) has two unknowns and becomes a
+    reshape_dims reading the batch size from the input; one executable serves every shape."""
+    from opgraph.frontends.torch import recording
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).reshape(x.shape[0], -1).sum(1)
+
+    torch._dynamo.reset()
+    fast = torch.compile(f, backend="opgraph", dynamic=True)
+    with recording() as reports, torch.no_grad():
+        for shape in ((5, 4, 3), (2, 6, 3), (7, 2, 3)):  # no size 1: Dynamo specialises those
+            x, w = torch.randn(*shape), torch.randn(3, 2)
+            torch.testing.assert_close(fast(x, w), f(x, w))
+    assert len(reports) == 1 and reports[0].fallbacks == {} and reports[0].executable is not None
+    assert any(o.op.name == "reshape_dims" for o in reports[0].executable.program.graph.ops)

@@ -17,6 +17,7 @@ from typing import Any
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import OpDef
 from ...ops import gradient_support as gs
+from ...ops import reshape_dims as rd
 from ...ops import shape as sh
 from ...ops import slicing as sl
 from .expr import NotExpressible
@@ -211,7 +212,8 @@ def _slice(op: Operation, index: Index, sizes: Sizes) -> Index:
 
 
 INDEX_RULES: dict[OpDef, IndexRule] = {
-    sh.RESHAPE: _reshape, sh.RESHAPE_LIKE: _reshape, sh.FLATTEN2D: _reshape, sh.TRANSPOSE: _transpose,
+    sh.RESHAPE: _reshape, sh.RESHAPE_LIKE: _reshape, sh.FLATTEN2D: _reshape, rd.RESHAPE_DIMS: _reshape,
+    sh.TRANSPOSE: _transpose,
     sh.EXPAND_DIMS: _expand_dims, sh.SQUEEZE: _squeeze, sh.BROADCAST_TO: _broadcast, gs.BROADCAST_LIKE: _broadcast,
     sl.REVERSE: _reverse, sl.SLICE: _slice,
 }

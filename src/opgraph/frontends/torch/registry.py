@@ -15,7 +15,7 @@ executable (a *fallback*, counted and reported).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,26 @@ class SymSize:
 
     expr: str
     position: int | None = None  # the FX input it is, when it is one (a graph may return it as is)
+    sym: Any = field(default=None, compare=False)  # the sympy expression, for sizes_from_references
+
+
+def _factors(size: Any, refs: dict[Any, tuple[Any, int]]) -> tuple[int, list[tuple[Any, int]]]:
+    """A symbolic size as (integer factor, input dims whose product it is); Unsupported for anything else."""
+    import sympy
+
+    expr = getattr(size, "sym", None)
+    if expr is None:
+        raise Unsupported(f"size {size!r} has no expression")
+    coeff, rest = sympy.sympify(expr).as_coeff_Mul()
+    if not (coeff.is_Integer and int(coeff) > 0):
+        raise Unsupported(f"size {expr} is not a positive multiple of input sizes")
+    used = []
+    for f in sympy.Mul.make_args(rest):
+        base, power = f.as_base_exp()
+        if base not in refs or not power.is_Integer or int(power) < 1:
+            raise Unsupported(f"size {expr} is not a product of input sizes")
+        used += [refs[base]] * int(power)
+    return int(coeff), used
 
 
 def sizes_with_one_unknown(sizes: Any) -> list[int]:
@@ -72,10 +92,34 @@ def lookup(target: Any) -> Converter | None:
 
 @dataclass
 class ConvertContext:
-    """What a converter sees besides its arguments: the graph being built and the node's recorded types."""
+    """What a converter sees besides its arguments: the graph being built, the node's recorded types, and where
+    each run-time size symbol can be read (a dim of an input tensor)."""
 
     g: Graph
     out_types: list[TensorType | None] = field(default_factory=list)  # from the node's FakeTensor values
+    size_refs: dict[Any, tuple[Any, int]] = field(default_factory=dict)  # sympy symbol -> (og.Tensor, axis)
+
+    def reshape(self, x: Any, sizes: Sequence[Any]) -> Any:
+        """``x`` reshaped to ATen ``sizes`` (ints and SymSizes): a plain reshape when at most one size is known
+        only at run time, else ``reshape_dims`` reading each symbolic size from the input dims it is made of."""
+        try:
+            return self.g.reshape(x, sizes_with_one_unknown(sizes))
+        except Unsupported:
+            pass
+        refs: list[Any] = []
+        dims: list[Any] = []
+        for d in sizes:
+            if isinstance(d, int):
+                dims.append(d)
+                continue
+            factor, used = _factors(d, self.size_refs)
+            spec = []
+            for tensor, axis in used:
+                if not any(r is tensor for r in refs):
+                    refs.append(tensor)
+                spec.append((next(i for i, r in enumerate(refs) if r is tensor), axis))
+            dims.append((factor, tuple(spec)))
+        return self.g.reshape_dims(x, refs, dims)
 
     @property
     def out_type(self) -> TensorType:

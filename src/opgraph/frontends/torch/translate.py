@@ -35,6 +35,7 @@ class Translation:
     inputs: list[Tensor]  # one placeholder per FX placeholder, in order
     outputs: list[Tensor | SymSize | None]  # the FX outputs (None where it returns None; a size input as is)
     tensor_inputs: list[int] = field(default_factory=list)  # positions of the FX inputs that are tensors
+    size_refs: dict[Any, tuple[Tensor, int]] = field(default_factory=dict)  # size symbol -> an input dim
     fallbacks: Counter[str] = field(default_factory=Counter)  # "aten::op.overload" -> nodes
     reasons: dict[str, str] = field(default_factory=dict)  # "aten::op.overload" -> why it fell back
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
@@ -60,7 +61,7 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
             position += 1
             val = node.meta.get("val")
             if isinstance(val, torch.SymInt):  # a size known at run time: converters see a SymSize
-                env[node] = SymSize(str(val), position)
+                env[node] = SymSize(str(val), position, val.node.expr)
                 continue
             t = on_placeholder(node, g) if on_placeholder is not None else None
             if t is None:
@@ -70,6 +71,9 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
                 t = g.placeholder(ty.shape, ty.dtype, name=_name(node.name))
                 tr.inputs.append(t)
                 tr.tensor_inputs.append(position)
+                for axis, d in enumerate(val.shape):  # where each run-time size can be read
+                    if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                        tr.size_refs.setdefault(d.node.expr, (t, axis))
             env[node] = t
         elif node.op == "get_attr":
             value = _attr(gm, node.target)
@@ -118,7 +122,8 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
         seq, i = args
         return seq[i]
     if isinstance(node.meta.get("val"), torch.SymInt):  # size arithmetic (s0 * 7, sym_size): known at run time
-        return SymSize(str(node.meta["val"]))
+        val = node.meta["val"]
+        return SymSize(str(val), None, val.node.expr)
     if not isinstance(node.target, torch._ops.OpOverload):
         raise NotTranslatable(f"FX node {node.name} calls {node.target}, not an ATen op")
     types = _types(node)
@@ -126,7 +131,7 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     reason = "no converter"
     if converter is not None:
         try:
-            out = converter(ConvertContext(tr.graph, types), *args, **kwargs)
+            out = converter(ConvertContext(tr.graph, types, tr.size_refs), *args, **kwargs)
             return _checked(out, types, node)
         except Unsupported as e:
             reason = str(e) or "unsupported arguments"

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ....ir.graph import Tensor
-from ..registry import ConvertContext, converts, sizes_with_one_unknown
+from ..registry import ConvertContext, converts
 
 aten = torch.ops.aten
 
@@ -48,7 +48,7 @@ def _permute(ctx: ConvertContext, x: Tensor, dims: list[int]) -> Tensor:
 
 @converts(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 def _view(ctx: ConvertContext, x: Tensor, shape: list[Any]) -> Tensor:
-    return ctx.g.reshape(x, sizes_with_one_unknown(shape))
+    return ctx.reshape(x, shape)
 
 
 @converts(aten.mm.default, aten.bmm.default)
