@@ -581,14 +581,6 @@ def _edge_pad(mode: PaddingMode, dims: int) -> Any:
     return convert
 
 
-for _dims, _op in ((1, aten.reflection_pad1d.default), (2, aten.reflection_pad2d.default),
-                   (3, aten.reflection_pad3d.default)):
-    converts(_op)(_edge_pad(PaddingMode.REFLECT, _dims))
-for _dims, _op in ((1, aten.replication_pad1d.default), (2, aten.replication_pad2d.default),
-                   (3, aten.replication_pad3d.default)):
-    converts(_op)(_edge_pad(PaddingMode.CLAMP_TO_EDGE, _dims))
-
-
 def _edge_pad_backward(mode: PaddingMode, dims: int) -> Any:
     """The adjoint: each padded position's gradient added back to the element it copies (pad_gradient)."""
 
@@ -599,9 +591,7 @@ def _edge_pad_backward(mode: PaddingMode, dims: int) -> Any:
     return convert
 
 
-for _dims, _op in ((1, aten.reflection_pad1d_backward.default), (2, aten.reflection_pad2d_backward.default),
-                   (3, aten.reflection_pad3d_backward.default)):
-    converts(_op)(_edge_pad_backward(PaddingMode.REFLECT, _dims))
-for _dims, _op in ((1, aten.replication_pad1d_backward.default), (2, aten.replication_pad2d_backward.default),
-                   (3, aten.replication_pad3d_backward.default)):
-    converts(_op)(_edge_pad_backward(PaddingMode.CLAMP_TO_EDGE, _dims))
+for _kind, _mode in (("reflection", PaddingMode.REFLECT), ("replication", PaddingMode.CLAMP_TO_EDGE)):
+    for _dims in (1, 2, 3):
+        converts(getattr(aten, f"{_kind}_pad{_dims}d").default)(_edge_pad(_mode, _dims))
+        converts(getattr(aten, f"{_kind}_pad{_dims}d_backward").default)(_edge_pad_backward(_mode, _dims))
