@@ -3,6 +3,8 @@
 The public API, re-exported explicitly from the private modules that define it.
 """
 
+from typing import Any
+
 from . import nn as nn  # og.nn: layers (re-exported)
 from . import optim as optim  # og.optim: optimizers in torch.optim's spelling
 from .core.dtype import (
@@ -38,8 +40,8 @@ from .core.errors import (
     VerificationError,
 )
 from .core.types import TensorType
-from .frontends import torch as torch  # og.torch: explain, TorchOptions, the backend
-from .frontends.torch import from_torch
+from .frontends import torch as torch  # og.torch: explain, TorchOptions, the backend (loaded on first use)
+from .frontends.torch import fallback as _fallback  # noqa: F401  (declares torch_fallback: saved graphs load)
 from .graph import Graph
 from .ir.graph import Operation, Tensor
 from .ops._padding import PaddingStyle, TensorLayout, WeightsLayout
@@ -55,6 +57,13 @@ from .runtime.device import Device, device
 from .runtime.executable import Executable
 
 bool = bool_  # MPSGraph spells it ``bool``; ``og.bool_`` also works
+
+
+def from_torch(*args: Any, **kwargs: Any) -> Any:
+    """``opgraph.frontends.torch.from_torch``: a PyTorch module as an ``og.Graph`` (through ``torch.export``)."""
+    from .frontends.torch.export import from_torch as convert
+
+    return convert(*args, **kwargs)
 __version__ = "0.1.0"
 
 __all__ = [

@@ -8,12 +8,26 @@
     True
 """
 
-from .backend import GraphReport, TorchOptions, compile_fx, opgraph_backend, recording
-from .explain import Explanation, explain
-from .export import TorchGraph, from_torch
-from .registry import CONVERTERS, ConvertContext, Unsupported, converts
-from .translate import NotTranslatable, Translation, translate
+from __future__ import annotations
 
-__all__ = ["CONVERTERS", "ConvertContext", "Explanation", "GraphReport", "NotTranslatable", "TorchGraph",
-           "TorchOptions", "Translation", "Unsupported", "compile_fx", "converts", "explain", "from_torch",
-           "opgraph_backend", "recording", "translate"]
+import importlib
+from typing import Any
+
+# name -> module: loaded on first use, so ``import opgraph`` does not load the converters (looking up ATen ops
+# pulls in PyTorch's meta registrations, ~0.2 s)
+_EXPORTS = {
+    "GraphReport": "backend", "TorchOptions": "backend", "compile_fx": "backend", "opgraph_backend": "backend",
+    "recording": "backend", "Explanation": "report", "explain": "report", "TorchGraph": "export",
+    "from_torch": "export", "CONVERTERS": "registry", "ConvertContext": "registry", "Unsupported": "registry",
+    "converts": "registry", "NotTranslatable": "translation", "Translation": "translation", "translate": "translation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+__all__ = sorted(_EXPORTS)

@@ -25,7 +25,7 @@ from ...runtime.compile import CompilationDescriptor
 from ...runtime.device import device as og_device
 from . import converters as _converters  # noqa: F401  (registers the converters)
 from .registry import SymSize
-from .translate import NotTranslatable, Translation, translate
+from .translation import NotTranslatable, Translation, translate
 
 
 @dataclass(frozen=True)

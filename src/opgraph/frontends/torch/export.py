@@ -28,7 +28,7 @@ from ...core.errors import GraphError
 from ...graph import Graph
 from ...ir.graph import Operation, Tensor
 from . import converters as _converters  # noqa: F401  (registers the converters)
-from .translate import Translation, translate
+from .translation import Translation, translate
 
 
 class TorchGraph(Graph):
