@@ -38,3 +38,24 @@ def test_edge_pads_inference_and_training(mode: str) -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), torch.nn.ReflectionPad2d(2) if mode == "reflect"
                                 else torch.nn.ReplicationPad2d(2), torch.nn.Conv2d(3, 2, 3))
     check_training(model, x2, rtol=1e-4, atol=1e-5)
+
+
+def test_one_dimensional_average_pools() -> None:
+    """avg_pool1d and adaptive_avg_pool1d reach the backend as themselves (no decomposition): traced with make_fx,
+    compiled by compile_fx, against the ATen ops."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from opgraph.frontends.torch import TorchOptions, compile_fx, recording
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.ops.aten.avg_pool1d(x, [3], [2], [1], False, True), torch.ops.aten.adaptive_avg_pool1d(x, [4]),
+                torch.ops.aten.avg_pool1d(x, [2]))
+
+    x = torch.randn(2, 3, 8)
+    gm = make_fx(f)(x)
+    with recording() as reports:
+        run = compile_fx(gm, [x], TorchOptions(warn_fallbacks=False))
+    got = run([x])
+    for a, b in zip(got, f(x), strict=True):
+        torch.testing.assert_close(a, b)
+    assert reports[0].fallbacks == {}

@@ -3,5 +3,6 @@
 from . import core as core
 from . import elementwise as elementwise
 from . import nn as nn
+from . import pool1d as pool1d
 from . import reduce as reduce
 from . import shape as shape
