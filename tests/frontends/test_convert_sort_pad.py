@@ -59,3 +59,15 @@ def test_one_dimensional_average_pools() -> None:
     for a, b in zip(got, f(x), strict=True):
         torch.testing.assert_close(a, b)
     assert reports[0].fallbacks == {}
+
+
+def test_diagonal() -> None:
+    x = torch.randn(3, 4, 5)
+    check_inference(lambda t: (torch.diagonal(t, 0, 1, 2), torch.diagonal(t, 1, 1, 2), torch.diagonal(t, -2, 2, 0),
+                               torch.diagonal(t, 0, 0, 1), torch.diagonal(t, 7, 1, 2)), x)
+    check_training(torch.nn.Sequential(torch.nn.Linear(5, 5), _Diagonal()), torch.randn(2, 5, 5))
+
+
+class _Diagonal(torch.nn.Module):
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return torch.diagonal(t, 0, -2, -1) * 2.0

@@ -595,3 +595,44 @@ for _kind, _mode in (("reflection", PaddingMode.REFLECT), ("replication", Paddin
     for _dims in (1, 2, 3):
         converts(getattr(aten, f"{_kind}_pad{_dims}d").default)(_edge_pad(_mode, _dims))
         converts(getattr(aten, f"{_kind}_pad{_dims}d_backward").default)(_edge_pad_backward(_mode, _dims))
+
+
+def _diagonal_layout(ctx: ConvertContext, x: Tensor, offset: int, dim1: int, dim2: int
+                     ) -> tuple[Tensor, list[int], list[int], int, dict[str, Any]]:
+    """(x with dims dim1, dim2 moved last and flattened, the permutation, the moved shape, the flat axis, the slice
+    of the flat axis that is the diagonal)."""
+    if x.rank < 2:
+        raise Unsupported(f"diagonal of a rank-{x.rank} tensor")
+    a, b = norm_dim(dim1, x.rank), norm_dim(dim2, x.rank)
+    if a == b:
+        raise Unsupported("diagonal of one dim with itself")
+    n, m = static_dim(x, a, "diagonal"), static_dim(x, b, "diagonal")
+    perm = [*(k for k in range(x.rank) if k not in (a, b)), a, b]
+    t = ctx.g.transpose(x, perm) if perm != list(range(x.rank)) else x
+    lead = [-1 if d is None else d for d in t.shape[:-2]]
+    if lead.count(-1) > 1:
+        raise Unsupported("diagonal of a tensor with several dynamic dims")
+    moved = [*lead, n, m]
+    flat = ctx.g.reshape(t, [*lead, n * m])
+    start = offset if offset >= 0 else -offset * m
+    count = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+    end = start + (count - 1) * (m + 1) + 1 if count else start
+    return flat, perm, moved, len(lead), _axis_slice(flat, len(lead), start, end, m + 1)
+
+
+@converts(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(ctx: ConvertContext, x: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The two dims moved last and flattened; the diagonal is then every (m + 1)-th element from the offset."""
+    flat, _, _, _, cut = _diagonal_layout(ctx, x, offset, dim1, dim2)
+    return ctx.g.slice(flat, **cut)
+
+
+@converts(aten.diagonal_scatter.default)
+def _diagonal_scatter(ctx: ConvertContext, x: Tensor, src: Tensor, offset: int = 0, dim1: int = 0,
+                      dim2: int = 1) -> Tensor:
+    """``x`` with its diagonal replaced by ``src`` (the backward of diagonal): the same layout, a slice update,
+    and the layout undone."""
+    flat, perm, moved, _, cut = _diagonal_layout(ctx, x, offset, dim1, dim2)
+    updated = ctx.g.reshape(ctx.g.slice_update(flat, cast_to(ctx, src, x.dtype), **cut), moved)
+    inverse = [perm.index(k) for k in range(x.rank)]
+    return ctx.g.transpose(updated, inverse) if inverse != list(range(x.rank)) else updated
