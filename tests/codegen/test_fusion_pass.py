@@ -96,3 +96,31 @@ def test_fused_kernels_on_cuda(dtype: og.DType) -> None:
     tol = {og.float32: 1e-5, og.float16: 2e-3, og.bfloat16: 2e-2}[dtype]
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def test_a_dynamic_dim_that_is_one_at_run_time_broadcasts() -> None:
+    """opgraph lets a dynamic dim be 1 at run time where the other operand's is not: the kernel reads index 0."""
+    g = og.Graph()
+    a = g.placeholder((None, 8), og.float32, name="a")
+    b = g.placeholder((None, 8), og.float32, name="b")
+    y = g.softmax(g.exp(a) * 0.5 + b, -1)
+    feeds = {a: a.type, b: b.type}
+    fused = g.compile(feeds, [y], device="cpu", descriptor=FUSED)
+    plain = g.compile(feeds, [y], device="cpu", descriptor=og.CompilationDescriptor(fusion=False))
+    assert any(k.op == "fused_region" for k in fused.kernels())
+    for sa, sb in (((4, 8), (1, 8)), ((1, 8), (4, 8)), ((3, 8), (3, 8))):
+        xs = [torch.randn(*sa), torch.randn(*sb)]
+        torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
+def test_a_non_contiguous_out_buffer_is_refused() -> None:
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+
+    g = og.Graph()
+    x = g.placeholder((4, 4), og.float32)
+    y = g.exp(x) + 1.0
+    ops, inputs = region_of([y])
+    kernel = region_kernel(ops, inputs, [y])
+    args = [torch.randn(4, 4) if t is x else t.op.payload for t in inputs]
+    with pytest.raises(og.ExecutionError, match="contiguous"):
+        kernel(*args, out=[torch.empty(4, 4).t()])

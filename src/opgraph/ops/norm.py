@@ -152,23 +152,11 @@ def _normalize_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
         gamma = up(affine[0]) if a.has_gamma else None
         beta = up(affine[-1]) if a.has_beta else None
-        n = x.numel()
-        if mean.numel() * 4 <= n and var.numel() * 4 <= n and all(t.numel() * 4 <= n for t in affine):
-            # per-channel statistics (batch norm at inference): fold them into one scale and shift on the small
-            # tensors, then one pass over x, as PyTorch's batch_norm does
-            scale = torch.rsqrt(up(var) + eps)
-            if gamma is not None:
-                scale = scale * gamma
-            shift = -up(mean) * scale
-            if beta is not None:
-                shift = shift + beta
-            y = torch.addcmul(shift, up(x), scale)
-        else:
-            y = (up(x) - up(mean)) * torch.rsqrt(up(var) + eps)
-            if gamma is not None:
-                y = y * gamma
-            if beta is not None:
-                y = y + beta
+        y = (up(x) - up(mean)) * torch.rsqrt(up(var) + eps)
+        if gamma is not None:
+            y = y * gamma
+        if beta is not None:
+            y = y + beta
         return y if y.dtype == out else y.to(out)
 
     return run

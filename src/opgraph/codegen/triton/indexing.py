@@ -106,10 +106,23 @@ def delinearize(flat: str, sizes: Sequence[str], bounded: bool = True) -> Index:
     return tuple(out)
 
 
-def broadcast_index(index: Index, out_sizes: Sequence[str], in_sizes: Sequence[str]) -> Index:
-    """The index of an input broadcast (right-aligned, NumPy rules) to an output of ``out_sizes``."""
+def broadcast_index(index: Index, out_sizes: Sequence[str], in_sizes: Sequence[str], dynamic_ones: bool = True
+                    ) -> Index:
+    """The index of an input broadcast (right-aligned, NumPy rules) to an output of ``out_sizes``. A dynamic input
+    dim may be 1 at run time while the output's is not (opgraph's broadcasting allows it), so its index is 0
+    then: ``tl.where(size == 1, 0, i)`` (``dynamic_ones=False``: the input's dims are known to be the output's,
+    as a reduction's kept dims are its domain's)."""
     lead = len(out_sizes) - len(in_sizes)
-    return tuple("0" if s == "1" else index[lead + k] for k, s in enumerate(in_sizes))
+
+    def one(k: int, s: str) -> str:
+        i = index[lead + k]
+        if s == "1":
+            return "0"
+        if not dynamic_ones or is_int(s) or s == out_sizes[lead + k] or i == "0":
+            return i
+        return f"tl.where({s} == 1, 0, {i})"
+
+    return tuple(one(k, s) for k, s in enumerate(in_sizes))
 
 
 # ---- reshape: dims grouped into runs of equal element count, so most reshapes need no div/mod ----------

@@ -124,7 +124,7 @@ class RegionKernel:
     def _tune(self, inputs: Sequence[torch.Tensor]) -> RegionKernel:
         """The fastest of this kernel and its alternatives on these inputs (CUDA events, a few launches each;
         outputs go to fresh buffers, so a caller's ``out=`` buffer is never written twice)."""
-        if max(math.prod(x.shape) for x in inputs) < TUNE_MIN_ELEMENTS:
+        if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
         timed: list[tuple[float, int, RegionKernel]] = []
         for k in [self, *self.alternatives()]:
@@ -213,6 +213,9 @@ class RegionKernel:
         outs = []
         for j, (shape, t) in enumerate(zip(launch.out_shapes, self.out_types, strict=True)):
             given = out[j] if out is not None else None
+            if given is not None and (tuple(given.shape) != shape or not given.is_contiguous()):
+                raise ExecutionError(f"out buffer {j}: expected a contiguous tensor of shape {shape}, got shape "
+                                     f"{tuple(given.shape)} with strides {given.stride()}")
             outs.append(given if given is not None else torch.empty(shape, dtype=t.dtype.torch_dtype, device=dev))
         if launch.grid[0]:
             strides = [0 if inputs[i].shape[k] == 1 else inputs[i].stride(k) for i, k in self.strides]

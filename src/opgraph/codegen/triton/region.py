@@ -252,7 +252,10 @@ class RegionEmitter:
             if not op.op.reads_values:
                 args.append("0")
                 continue
-            args.append(self.value(t, ix.broadcast_index(index, out_sizes, [self.size(t, k) for k in range(t.rank)])))
+            made = self.made.get(id(t))
+            reduced = made is not None and made.op.fusion is FusionKind.REDUCTION  # kept dims are the domain's
+            args.append(self.value(t, ix.broadcast_index(index, out_sizes, [self.size(t, k) for k in range(t.rank)],
+                                                         dynamic_ones=not reduced)))
         r_dep = any(self.depends_on_r(a) for a in args) or self.depends_on_r(",".join(index))
         ctx = ExprContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
                           block=self.tile(r_dep))
