@@ -174,20 +174,14 @@ def og_powf(x, y):
 
 @triton.jit
 def og_powi(x, y, NBITS: tl.constexpr):
-    # square and multiply over the exponent's bits; negative exponents as torch: 1, +-1 or 0
-    r = x * 0 + 1
-    b = x
-    e = y
-    for _ in tl.static_range(NBITS):
-        r = tl.where((e & 1) != 0, r * b, r)
-        b = b * b
-        e = e >> 1
+    # negative exponents as torch: 1, +-1 or 0
     neg = tl.where(x == 1, 1, tl.where(x == -1, tl.where((y & 1) != 0, -1, 1), 0))
-    return tl.where(y < 0, neg, r)
+    return tl.where(y < 0, neg, og_powu(x, y, NBITS))
 
 
 @triton.jit
 def og_powu(x, y, NBITS: tl.constexpr):
+    # square and multiply over the exponent's bits
     r = x * 0 + 1
     b = x
     e = y

@@ -32,7 +32,8 @@ Index = tuple[str, ...]
 class Reduction:
     axes: Callable[[Operation], tuple[int, ...]]  # the axes of input 0 that are reduced
     value: Callable[[Operation, RegionEmitter, Index], str]  # the output at an output index
-    stats: Callable[[Operation, RegionEmitter], object] | None = None  # full-shaped ops: the row statistics
+    stats: Callable[[Operation, RegionEmitter], object] | None = None  # ops shaped like their input (softmax,
+    # norms): the row statistics; None for reductions whose result is itself a row statistic
 
     def prepare(self, op: Operation, em: RegionEmitter) -> None:
         """Emit the op's row statistics (in the top scope, before any final pass reads them)."""
@@ -108,14 +109,14 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
         d = lambda v: f"({v} - {shift})"  # noqa: E731
         s1, s2 = em.stats(op, "shifted", [("sum", _element(em, op, d), ct),
                                           ("sum", _element(em, op, lambda v: f"{d(v)} * {d(v)}"), ct)])
-        m1 = em.bind_row(f"{s1} / {n}", "m1")
-        mean = em.bind_row(f"{shift} + {m1}", "mean")
-        raw = em.bind_row(f"{s2} / {n} - {m1} * {m1}", "raw")
-        return mean, em.bind_row(f"tl.where({raw} < 0.0, 0.0, {raw})", "var")  # rounding below 0; NaN stays
+        m1 = em.bind(f"{s1} / {n}", "m1")
+        mean = em.bind(f"{shift} + {m1}", "mean")
+        raw = em.bind(f"{s2} / {n} - {m1} * {m1}", "raw")
+        return mean, em.bind(f"tl.where({raw} < 0.0, 0.0, {raw})", "var")  # rounding below 0; NaN stays
     (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
-    mean = em.bind_row(f"{s} / {n}", "mean")
+    mean = em.bind(f"{s} / {n}", "mean")
     (q,) = em.stats(op, "centred", [("sum", _element(em, op, lambda v: f"({v} - {mean}) * ({v} - {mean})"), ct)])
-    return mean, em.bind_row(f"{q} / {n}", "var")
+    return mean, em.bind(f"{q} / {n}", "var")
 
 
 def _variance(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -177,7 +178,7 @@ def _softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
 
 def _log_softmax_stats(op: Operation, em: RegionEmitter) -> str:
     m, s = _softmax_stats(op, em)
-    return em.bind_row(f"{m} + tl.log({s})", "lse")
+    return em.bind(f"{m} + tl.log({s})", "lse")
 
 
 def _log_softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -204,7 +205,7 @@ def _affine(op: Operation, em: RegionEmitter, index: Index, y: str, flags: tuple
 
 def _layer_norm_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     mean, var = _variance_of(op, em, _float_input(op))
-    return mean, em.bind_row(f"1.0 / tl.sqrt({var} + {literal(float(op.attrs.epsilon))})", "rstd")
+    return mean, em.bind(f"1.0 / tl.sqrt({var} + {literal(float(op.attrs.epsilon))})", "rstd")
 
 
 def _layer_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -216,7 +217,7 @@ def _layer_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
 
 def _rms_norm_stats(op: Operation, em: RegionEmitter) -> str:
     (q,) = em.stats(op, "squares", [("sum", _element(em, op, lambda v: f"{v} * {v}"), _float_input(op))])
-    return em.bind_row(f"1.0 / tl.sqrt({q} / {em.reduced_count()} + {literal(float(op.attrs.epsilon))})", "rrms")
+    return em.bind(f"1.0 / tl.sqrt({q} / {em.reduced_count()} + {literal(float(op.attrs.epsilon))})", "rrms")
 
 
 def _rms_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -239,4 +240,3 @@ REDUCTIONS: dict[OpDef, Reduction] = {
     norm.LAYER_NORM: Reduction(_attr_axes, _layer_norm, _layer_norm_stats),
     norm.RMS_NORM: Reduction(_attr_axes, _rms_norm, _rms_norm_stats),
 }
-FULL_SHAPED = frozenset({nn.SOFTMAX, nn.LOG_SOFTMAX, norm.LAYER_NORM, norm.RMS_NORM})  # output shape == input shape

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import GraphError
-from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from . import indexing as ix
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
-from .reductions import FULL_SHAPED, REDUCTIONS
+from .reductions import REDUCTIONS
 
 Index = tuple[str, ...]
 PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
@@ -176,8 +175,6 @@ class RegionEmitter:
             self.xdep.add(name)
         self.scope.memo[("expr", expr)] = name
         return name
-
-    bind_row = bind  # a row statistic's derived value: bound in the top scope while statistics are prepared
 
     def depends_on_r(self, expr: str) -> bool:
         return any(tok in self.rdep for tok in _identifiers(expr))
@@ -455,7 +452,7 @@ class RegionEmitter:
 
     def open_loop(self) -> _Scope:
         r = self.fresh("r")
-        self.emit(f"for {r}0 in range(0, {self._rnumel}, RBLOCK):")
+        self.emit(f"for {r}0 in range(0, {self.reduced_count()}, RBLOCK):")
         scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ")
         self.scope = scope
         rflat = f"{r}0 + tl.arange(0, RBLOCK)[None, :]"
@@ -463,7 +460,7 @@ class RegionEmitter:
         self.emit(f"{ri} = {rflat}")
         self.rdep.add(ri)
         scope.mask = self.fresh("m")
-        self.emit(f"{scope.mask} = xmask & ({ri} < {self._rnumel})")
+        self.emit(f"{scope.mask} = xmask & ({ri} < {self.reduced_count()})")
         self.rdep.add(scope.mask)
         self._set_domain_index("xi", ri)
         return scope
@@ -479,7 +476,7 @@ class RegionEmitter:
         """(index, conditions, row-level) at which output ``t`` is stored. Row-level outputs (constant along the
         reduced dims) are stored once per row, from the row index; the others at the current scope's domain index."""
         op = self.made.get(id(t))
-        if (op is not None and op.op.fusion is FusionKind.REDUCTION and op.op not in FULL_SHAPED
+        if (op is not None and op.op.fusion is FusionKind.REDUCTION and REDUCTIONS[op.op].stats is None
                 and t.rank == len(self.xaxes) and t.rank != self.domain.rank):
             row = self._row_index()
             return tuple(row[k] for k in self.xaxes), [], True
@@ -508,10 +505,6 @@ class RegionEmitter:
         return f"tl.store(out{j} + {offset}, {to_storage(value, t.dtype, t.dtype)}, mask={mask})"
 
     # ---- the kernel --------------------------------------------------------------------------------------
-    @property
-    def _rnumel(self) -> str:
-        return self.reduced_count()
-
     def source(self) -> str:
         cfg = self.config
         numel = ix.product([self.dsize(k) for k in range(self.domain.rank)])
@@ -549,7 +542,7 @@ class RegionEmitter:
                 self.emit("ri = part * RBLOCK + tl.arange(0, RBLOCK)[None, :]" if cfg.split > 1
                           else "ri = tl.arange(0, RBLOCK)[None, :]")
                 self.rdep.add("ri")
-                self.emit(f"mask = xmask & (ri < {self._rnumel})")
+                self.emit(f"mask = xmask & (ri < {self.reduced_count()})")
                 self.rdep.add("mask")
                 self._set_domain_index("xi", "ri")
             for op in self.reductions:  # statistics first, in the top scope
@@ -723,10 +716,6 @@ def _splittable(em: RegionEmitter) -> bool:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return False
     return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in em.reductions)
-
-
-def region_types(em: RegionEmitter) -> tuple[list[TensorType], list[TensorType]]:
-    return [t.type for t in em.inputs], [t.type for t in em.outputs]
 
 
 __all__ = ["PERSISTENT_MAX", "Config", "RegionEmitter", "default_config"]

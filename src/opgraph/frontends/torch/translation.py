@@ -171,8 +171,11 @@ def _fallback(tr: Translation, node: torch.fx.Node, args: Any, kwargs: Any, type
         inputs.append(v)
         return len(inputs) - 1
 
-    template = json.dumps([encode_args(list(args), index_of)["seq"],
-                           {k: encode_args(v, index_of) for k, v in kwargs.items()}])
+    try:
+        template = json.dumps([encode_args(list(args), index_of)["seq"],
+                               {k: encode_args(v, index_of) for k, v in kwargs.items()}])
+    except TypeError as e:  # an argument a fallback cannot record: the graph runs eagerly
+        raise NotTranslatable(f"{node.target} has no converter and {e}") from None
     target = qualified_name(node.target)
     tr.fallbacks[target] += 1
     tr.reasons.setdefault(target, reason)
