@@ -197,12 +197,26 @@ def test_pool3d(name: str, dtype: torch.dtype) -> None:
         check_inference(pool, x[0])  # unbatched
 
 
-def test_uneven_adaptive_pool_falls_back_with_the_reason() -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [(3, 4), (7, 7), (5, 2)])
+def test_uneven_adaptive_avg_pool(size: tuple[int, int], dtype: torch.dtype) -> None:
+    # windows of different sizes (7 -> 3: 3, 3, 3 overlapping; 1 -> 7 in VGG/AlexNet at small images)
+    for shape in [(2, 3, 7, 10), (2, 3, 1, 1)]:
+        x = torch.randn(*shape, dtype=dtype)
+        check_inference(nn.AdaptiveAvgPool2d(size), x)
+        check_training(_seeded(_after_conv(nn.AdaptiveAvgPool2d(size)), dtype), x)
+    check_training(_seeded(lambda: nn.Sequential(nn.Conv1d(3, 3, 1), nn.AdaptiveAvgPool1d(4)), dtype),
+                   torch.randn(2, 3, 9, dtype=dtype))
+    check_training(_seeded(lambda: nn.Sequential(nn.Conv3d(3, 3, 1), nn.AdaptiveAvgPool3d((2, 3, 4))), dtype),
+                   torch.randn(2, 3, 3, 5, 7, dtype=dtype))
+
+
+def test_uneven_adaptive_max_pool_falls_back_with_the_reason() -> None:
     x = torch.randn(1, 2, 7, 7)
-    out, reports = _fell_back(lambda t: F.adaptive_avg_pool2d(t, 3), x)
-    torch.testing.assert_close(out, F.adaptive_avg_pool2d(x, 3))
-    assert fallbacks(reports) == {"aten::_adaptive_avg_pool2d.default": 1}
-    assert "windows of different sizes" in reports[0].reasons["aten::_adaptive_avg_pool2d.default"]
+    out, reports = _fell_back(lambda t: F.adaptive_max_pool2d(t, 3), x)
+    torch.testing.assert_close(out, F.adaptive_max_pool2d(x, 3))
+    assert fallbacks(reports) == {"aten::adaptive_max_pool2d.default": 1}
+    assert "windows of different sizes" in reports[0].reasons["aten::adaptive_max_pool2d.default"]
 
 
 # ---- batch normalisation -------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The model zoo through ``torch.compile(backend="opgraph")`` on CUDA, against eager PyTorch: torchvision
 ResNet-18/50, VGG16, AlexNet, MobileNetV2, EfficientNet-B0, ViT-B/16 and timm's ConvMixer, random weights, no
-downloads. Inference (outputs) and training (loss, gradients, buffers and one SGD step, through the harness)
-in float32 with TF32 off; bfloat16 inference with a loose tolerance. Runs with ``pytest -m gpu`` where
-torchvision and timm import (the GPU machine); the CPU subset in CI is in test_convert_nn.py."""
+downloads. Inference (outputs) in float32 with TF32 off; training (loss, gradients, buffers and one SGD step)
+against float64 as the oracle, no farther from it than eager float32 (32 BatchNorm layers over tiny batches
+amplify rounding beyond any fixed tolerance); bfloat16 inference with a loose tolerance. Runs with
+``pytest -m gpu`` where torchvision and timm import (the GPU machine); the CPU subset in CI is in test_convert_nn.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.frontends.torch_harness import check_inference, check_training
+from tests.frontends.torch_harness import check_inference, check_training_against_float64
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::FutureWarning"),
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -56,8 +57,8 @@ def _model(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     build, size, batch = MODELS[name]
     torch.manual_seed(0)
     model = build().cuda()
-    for m in model.modules():  # dropout off: the comparison needs the same function
-        if isinstance(m, torch.nn.Dropout):
+    for m in model.modules():  # dropout and stochastic depth off: the comparison needs the same function
+        if isinstance(m, torch.nn.Dropout) or type(m).__name__ == "StochasticDepth":
             m.p = 0.0
     return model, torch.randn(batch, 3, size, size, device="cuda")
 
@@ -71,7 +72,7 @@ def test_inference_matches_eager(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_training_step_matches_eager(name: str) -> None:
     model, x = _model(name)
-    check_training(model.train(), x, rtol=1e-3, atol=1e-3)
+    check_training_against_float64(model.train(), x)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "vit_b_16"])

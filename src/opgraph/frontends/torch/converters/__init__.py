@@ -1,5 +1,6 @@
 """ATen -> opgraph converters, one module per family; importing this package registers them all."""
 
+from . import attention as attention
 from . import core as core
 from . import elementwise as elementwise
 from . import nn as nn

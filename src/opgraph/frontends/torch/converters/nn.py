@@ -73,11 +73,12 @@ def _place(ctx: ConvertContext, t: Tensor, rank: int) -> Tensor:
 
 
 def _empty(ctx: ConvertContext, i: int) -> Tensor:
-    """The empty tensor an ATen op returns in output ``i`` where it computed nothing (e.g. no saved stats)."""
+    """Output ``i`` of an ATen op that computed nothing there (e.g. no saved statistics): zeros of its traced type
+    (empty on the CPU; CUDA kernels may trace a (C,) shape)."""
     t = ctx.out_types[i] if i < len(ctx.out_types) else None
-    if t is None or t.shape != (0,):
-        raise Unsupported("an unexpected type for an unused statistics output")
-    return ctx.g.constant(torch.empty(0, dtype=t.dtype.torch_dtype))
+    if t is None:
+        raise Unsupported("an untraced type for an unused statistics output")
+    return ctx.g.constant(torch.zeros(_static(t.shape, "an unused statistics output"), dtype=t.dtype.torch_dtype))
 
 
 def _unbatched(ctx: ConvertContext, x: Tensor, rank: int) -> tuple[Tensor, bool]:
@@ -279,19 +280,60 @@ def _adaptive_descriptor(n: int, x: Tensor, output_size: Sequence[int | None], i
     return _pool_descriptor(n, kernel, kernel, 0, indices=indices)
 
 
+def _adaptive_windows(size: int, out: int) -> list[range]:
+    """PyTorch's adaptive window of each output cell: [floor(i * size / out), ceil((i + 1) * size / out))."""
+    return [range(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def _window_sums(ctx: ConvertContext, x: Tensor, axis: int, picks: Sequence[Sequence[tuple[int, float]]]) -> Tensor:
+    """``y[.., j, ..] = sum of w * x[.., i, ..] for (i, w) in picks[j]`` along ``axis``: a gather of the widest
+    window (short ones padded with weight 0) and a weighted sum, computed in float32 for 16-bit inputs."""
+    g = ctx.g
+    width = max(len(p) for p in picks)
+    index = torch.tensor([[i for i, _ in p] + [p[0][0]] * (width - len(p)) for p in picks], dtype=torch.int32)
+    weight = torch.tensor([[w for _, w in p] + [0.0] * (width - len(p)) for p in picks], dtype=torch.float64)
+    dt = _compute(x.dtype)
+    picked = g.gather(_cast(ctx, x, dt), g.constant(index), axis=axis)  # (.., J, width, ..)
+    weight = weight.reshape(weight.shape + (1,) * (x.rank - axis - 1)).to(dt.torch_dtype)
+    return _cast(ctx, g.reduce_sum(g.multiply(picked, g.constant(weight)), [axis + 1]), x.dtype)
+
+
+def _uneven_adaptive_avg(ctx: ConvertContext, t: Tensor, sizes: Sequence[int], outs: Sequence[int],
+                         backward: bool) -> Tensor:
+    """Adaptive average pooling of ``sizes`` to ``outs`` (or, ``backward``, its gradient: ``t`` has the shape
+    ``outs``) with windows of different sizes, one axis at a time (a box average is an average of averages)."""
+    first = t.rank - len(sizes)
+    for a, (size, out) in enumerate(zip(sizes, outs, strict=True)):
+        windows = _adaptive_windows(size, out)
+        if backward:  # each input gets 1/len of the gradient of every window holding it
+            picks = [[(j, 1.0 / len(w)) for j, w in enumerate(windows) if i in w] for i in range(size)]
+        else:
+            picks = [[(i, 1.0 / len(w)) for i in w] for w in windows]
+        t = _window_sums(ctx, t, first + a, picks)
+    return t
+
+
 def _adaptive_avg(ctx: ConvertContext, n: int, x: Tensor, output_size: Any) -> Tensor:
     outs = _ints(output_size, n, "output_size")
-    d = _adaptive_descriptor(n, x, outs)
     if all(o == 1 for o in outs):  # global: a mean, which fuses
         _floating(x)
         return ctx.g.reduce_mean(x, list(range(-n, 0)), keepdims=True)
+    try:
+        d = _adaptive_descriptor(n, x, outs)
+    except Unsupported:
+        _floating(x)
+        return _uneven_adaptive_avg(ctx, x, _static(x.shape[-n:], "adaptive pooling"), outs, backward=False)
     x, added = _pooled(ctx, x, d)
     return _rebatch(ctx, _pool_op(ctx, "avg_pool", d)(x, d), added)
 
 
 def _adaptive_avg_backward(ctx: ConvertContext, n: int, gy: Tensor, x: Tensor) -> Tensor:
-    d = _adaptive_descriptor(n, x, gy.shape[-n:])
     _floating(gy)
+    try:
+        d = _adaptive_descriptor(n, x, gy.shape[-n:])
+    except Unsupported:
+        outs = _static(gy.shape[-n:], "adaptive pooling's output size")
+        return _uneven_adaptive_avg(ctx, gy, _static(x.shape[-n:], "adaptive pooling"), outs, backward=True)
     x, added = _pooled(ctx, x, d)
     gy = ctx.g.expand_dims(gy, 0) if added else gy
     return _rebatch(ctx, _pool_op(ctx, "avg_pool_gradient", d)(gy, x, d), added)
@@ -672,127 +714,6 @@ def _upsample_bilinear_vec(ctx: ConvertContext, x: Tensor, output_size: Any, ali
 def _upsample_bilinear(ctx: ConvertContext, x: Tensor, output_size: Any, align_corners: bool, scales_h: Any = None,
                        scales_w: Any = None) -> Tensor:
     return _bilinear(ctx, x, align_corners, [scales_h, scales_w])
-
-
-# ---- attention ----------------------------------------------------------------------------------------
-def _mT(ctx: ConvertContext, t: Tensor) -> Tensor:
-    perm = list(range(t.rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return ctx.g.transpose(t, perm)
-
-
-def _attention_scores(ctx: ConvertContext, q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool,
-                      scale: float) -> Tensor:
-    """q k^T * scale with PyTorch's masks (bool: True keeps; float: added; causal: top-left lower triangle)."""
-    g = ctx.g
-    s = g.multiply(g.matmul(q, _mT(ctx, k)), scale)
-    if is_causal:
-        rows, cols = _static(s.shape[-2:], "a causal attention mask")
-        s = g.select(g.constant(torch.ones(rows, cols, dtype=torch.bool).tril()), s, -math.inf)
-    if mask is not None:
-        s = g.select(mask, s, -math.inf) if mask.dtype.is_bool else g.add(s, _cast(ctx, mask, s.dtype))
-    return s
-
-
-def _attention_probs(ctx: ConvertContext, s: Tensor, masked: bool) -> Tensor:
-    """softmax of the scores; with a mask, rows with nothing kept are 0, as PyTorch's attention gives them."""
-    g = ctx.g
-    p = g.softmax(s, -1)
-    return g.select(_kept_rows(ctx, s), p, 0.0) if masked else p
-
-
-def _kept_rows(ctx: ConvertContext, s: Tensor) -> Tensor:
-    return ctx.g.reduce_or(ctx.g.not_equal(s, -math.inf), -1, keepdims=True)
-
-
-def _attention_scale(q: Tensor, scale: Any) -> float:
-    if scale is not None:
-        return float(scale)
-    return 1.0 / math.sqrt(_static(q.shape[-1:], "the attention head size")[0])
-
-
-def _check_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> None:
-    _floating(q, k, v)
-    if dropout_p:
-        raise Unsupported("attention dropout (opgraph has no random ops yet)")
-    if q.rank != k.rank or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
-        raise Unsupported("attention with broadcast or grouped key/value heads")
-
-
-@converts(aten._scaled_dot_product_flash_attention_for_cpu.default)
-def _sdpa_flash_cpu(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
-                    is_causal: bool = False, *, attn_mask: Tensor | None = None,
-                    scale: Any = None) -> tuple[Tensor, Tensor]:
-    """(softmax(scores) v, logsumexp of the scores per query in float32; 0 for a query with nothing kept)."""
-    g = ctx.g
-    _check_attention(q, k, v, dropout_p)
-    s = _attention_scores(ctx, q, k, attn_mask, is_causal, _attention_scale(q, scale))
-    out = g.matmul(_attention_probs(ctx, s, attn_mask is not None), v)
-    s32 = _cast(ctx, s, _want(ctx, 1, float32))
-    top = g.reduce_max(s32, -1, keepdims=True)
-    kept = _kept_rows(ctx, s32)
-    top = g.select(kept, top, 0.0)
-    lse = g.add(g.log(g.reduce_sum(g.exp(g.subtract(s32, top)), -1, keepdims=True)), top)
-    return out, g.squeeze(g.select(kept, lse, 0.0), -1)
-
-
-@converts(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
-def _sdpa_flash_cpu_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
-                             logsumexp: Tensor, dropout_p: float, is_causal: bool, *, attn_mask: Tensor | None = None,
-                             scale: Any = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The attention recomputed from q, k, v (not from ``logsumexp``): dV = P^T dO, dS = P (dO V^T - rowsum),
-    dQ = dS K * scale, dK = dS^T Q * scale."""
-    g = ctx.g
-    _floating(go)
-    _check_attention(q, k, v, dropout_p)
-    sc = _attention_scale(q, scale)
-    p = _attention_probs(ctx, _attention_scores(ctx, q, k, attn_mask, is_causal, sc), attn_mask is not None)
-    dv = g.matmul(_mT(ctx, p), go)
-    dp = g.matmul(go, _mT(ctx, v))
-    ds = g.multiply(p, g.subtract(dp, g.reduce_sum(g.multiply(dp, p), -1, keepdims=True)))
-    return g.multiply(g.matmul(ds, k), sc), g.multiply(g.matmul(_mT(ctx, ds), q), sc), dv
-
-
-@converts(aten._transformer_encoder_layer_fwd.default)
-def _encoder_layer(ctx: ConvertContext, src: Tensor, embed_dim: int, num_heads: int, qkv_weight: Tensor,
-                   qkv_bias: Tensor, proj_weight: Tensor, proj_bias: Tensor, use_gelu: bool, norm_first: bool,
-                   eps: float, norm_weight_1: Tensor, norm_bias_1: Tensor, norm_weight_2: Tensor, norm_bias_2: Tensor,
-                   ffn_weight_1: Tensor, ffn_bias_1: Tensor, ffn_weight_2: Tensor, ffn_bias_2: Tensor,
-                   mask: Tensor | None = None, mask_type: int | None = None) -> Tensor:
-    """``nn.TransformerEncoderLayer``'s inference fast path (batch first), as its slow path computes it."""
-    g = ctx.g
-    _floating(src)
-    if mask is not None:
-        raise Unsupported("a masked encoder-layer fast path")
-    if src.rank != 3:
-        raise Unsupported(f"an encoder layer on a rank-{src.rank} input")
-    batch, length, e = _static(src.shape, "the encoder layer's input")
-    heads = int(num_heads)
-    if e != embed_dim or e % heads:
-        raise Unsupported(f"embed_dim {embed_dim} with {heads} heads for an input of width {e}")
-    dh = e // heads
-
-    def linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-        return g.add(g.matmul(x, g.transpose(w, [1, 0])), b)
-
-    def norm(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-        return g.layer_norm(x, [2], w, b, float(eps))
-
-    def attention(x: Tensor) -> Tensor:
-        qkv = g.transpose(g.reshape(linear(x, qkv_weight, qkv_bias), (batch, length, 3, heads, dh)), [2, 0, 3, 1, 4])
-        q, k, v = (qkv[i] for i in range(3))
-        o = g.matmul(_attention_probs(ctx, _attention_scores(ctx, q, k, None, False, 1.0 / math.sqrt(dh)), False), v)
-        return linear(g.reshape(g.transpose(o, [0, 2, 1, 3]), (batch, length, e)), proj_weight, proj_bias)
-
-    def ffn(x: Tensor) -> Tensor:
-        h = linear(x, ffn_weight_1, ffn_bias_1)
-        return linear(g.gelu(h) if use_gelu else g.relu(h), ffn_weight_2, ffn_bias_2)
-
-    if norm_first:
-        x = g.add(src, attention(norm(src, norm_weight_1, norm_bias_1)))
-        return g.add(x, ffn(norm(x, norm_weight_2, norm_bias_2)))
-    x = norm(g.add(src, attention(src)), norm_weight_1, norm_bias_1)
-    return norm(g.add(x, ffn(x)), norm_weight_2, norm_bias_2)
 
 
 __all__: list[str] = []
