@@ -79,3 +79,58 @@ def test_training_step_replayed_matches_op_by_op() -> None:
     b = [plain.run(b)[0].item() for b in batches]
     assert graphed.cuda_graph_status == "on"
     assert a == pytest.approx(b, rel=1e-5) and a[0] != a[-1]
+
+
+def _scaled(static: list[int]) -> og.Executable:
+    g = og.Graph()
+    x = g.placeholder((8,), og.float32, name="x")
+    w = g.placeholder((8,), og.float32, name="w")
+    exe = g.compile({x: x.type, w: w.type}, [g.exp(x) * w + 1.0], device="cuda")
+    exe.mark_static_inputs(static)
+    return exe
+
+
+def test_static_inputs_are_read_in_place_and_recaptured_when_moved() -> None:
+    exe = _scaled([1])
+    x, w = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
+    want = lambda w: x.exp() * w + 1.0  # noqa: E731
+    torch.testing.assert_close(exe.run([x, w])[0], want(w))
+    assert exe.cuda_graph_status == "on"
+    w.mul_(3.0)  # changed in place: the replay reads the new values (nothing copied)
+    torch.testing.assert_close(exe.run([x, w])[0], want(w))
+    assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0]
+    for k in range(3):  # another tensor at the static input: captured again, still right
+        other = torch.randn(8, device="cuda")
+        torch.testing.assert_close(exe.run([x, other])[0], want(other))
+        assert exe.cuda_graph_status == "on", k
+    other = torch.randn(8, device="cuda")  # the fourth move: op by op from now on
+    torch.testing.assert_close(exe.run([x, other])[0], want(other))
+    assert exe.cuda_graph_status.startswith("off: static inputs changed")
+    strided = torch.randn(16, device="cuda")[::2]  # other strides take the same path
+    torch.testing.assert_close(exe.run([x, strided])[0], want(strided))
+
+
+def test_static_inputs_lift_the_copy_cost_limit() -> None:
+    g = og.Graph()
+    x = g.placeholder((4,), og.float32)
+    w = g.placeholder((1 << 26,), og.float32)  # 256 MiB: copying it per replay costs more than one launch saves
+    exe = g.compile({x: x.type, w: w.type}, [g.reduce_sum(w[:4] * x, 0)], device="cuda")
+    args = [torch.ones(4, device="cuda"), torch.ones(1 << 26, device="cuda")]
+    assert exe.run(args)[0].item() == 4.0 and exe.cuda_graph_status.startswith("off: copying")
+    exe.mark_static_inputs([1])
+    assert exe.run(args)[0].item() == 4.0 and exe.cuda_graph_status == "on"
+    with pytest.raises(og.OpgraphError, match="out of range"):
+        exe.mark_static_inputs([2])
+
+
+def test_backend_parameters_updated_in_place_are_seen_by_replays() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).cuda().eval()
+    x = torch.randn(8, 16, device="cuda")
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="opgraph")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), model(x))
+            for p in model.parameters():  # an optimizer step, in place
+                p.add_(0.1 * torch.randn_like(p))

@@ -55,6 +55,8 @@ class Executable:
         self._generated = generate(self.program, device.torch, self._state, descriptor)
         self._fn = self._generated.fn
         self._cuda_graph: CapturedRun | None = None
+        self._static_inputs: frozenset[int] = frozenset()
+        self._recaptures = 0
         self.cuda_graph_status = "off"
         if device.is_cuda and descriptor.cuda_graphs:
             static = all(t.is_static for t in self.input_types) and all(t.is_static for t in self.output_types_)
@@ -101,7 +103,10 @@ class Executable:
             if self.cuda_graph_status.startswith("pending"):
                 self._try_capture(args)
             if self._cuda_graph is not None:
-                return self._cuda_graph.replay(args)
+                out = self._cuda_graph.replay(args)
+                if out is not None:
+                    return out
+                return self._recapture(args)
             return self._fn(*args)
         except OpgraphError:
             raise
@@ -110,10 +115,43 @@ class Executable:
 
     __call__ = run
 
+    def mark_static_inputs(self, indices: Sequence[int]) -> None:
+        """Declare the inputs at ``indices`` (feed order) to be the same tensors on every run, such as a model's
+        parameters and buffers (their values may change in place): a CUDA-graph capture reads them where they
+        are instead of copying them into its own buffers on every replay. A run that passes another tensor
+        there (other storage or strides) is captured again; after three such runs the executable runs op by op.
+
+        >>> import opgraph as og
+        >>> g = og.Graph(); x = g.placeholder((4,), og.float32); w = g.placeholder((4,), og.float32)
+        >>> exe = g.compile({x: x.type, w: w.type}, [x * w], device="cpu")
+        >>> exe.mark_static_inputs([1])  # on a CPU device nothing is captured: no effect
+        """
+        bad = [i for i in indices if not 0 <= int(i) < len(self.feed_tensors)]
+        if bad:
+            raise FeedError(f"mark_static_inputs: indices {bad} out of range for {len(self.feed_tensors)} inputs")
+        self._static_inputs = frozenset(int(i) for i in indices)
+        if self._cuda_graph is not None or self.cuda_graph_status.startswith("off: copying"):  # decide again
+            self._cuda_graph = None
+            self.cuda_graph_status = "pending (captured on the next run)"
+
+    def _recapture(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """A static input moved: capture again, or give up graphs after three moves."""
+        self._cuda_graph = None
+        self._recaptures += 1
+        if self._recaptures > 3:
+            self.cuda_graph_status = "off: static inputs changed storage on more than three runs"
+        else:
+            self._try_capture(args)
+        if self._cuda_graph is not None:
+            out = self._cuda_graph.replay(args)
+            assert out is not None  # just captured from these very args
+            return out
+        return self._fn(*args)
+
     def _try_capture(self, args: Sequence[torch.Tensor]) -> None:
         variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
         launches = len(self.kernels())
-        copied = sum(a.numel() * a.element_size() for a in args) + sum(
+        copied = sum(a.numel() * a.element_size() for i, a in enumerate(args) if i not in self._static_inputs) + sum(
             math.prod(int(d or 0) for d in t.shape) * t.dtype.itemsize for t in self.output_types_)
         if launches == 0 or copied / COPY_BYTES_PER_US > launches * LAUNCH_US:  # replays copy inputs and outputs
             self._cuda_graph = None
@@ -121,7 +159,8 @@ class Executable:
                                       f"would cost more than {launches} kernel launches save")
             return
         try:
-            self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device)
+            self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device,
+                                           self._static_inputs)
             self.cuda_graph_status = "on"
         except Exception as e:  # e.g. an op that synchronises with the host: run op by op instead
             torch.cuda.synchronize(self._torch_device)
@@ -278,11 +317,16 @@ COPY_BYTES_PER_US = 2.0e6  # device copy bandwidth, conservatively (read + write
 
 class CapturedRun:
     """A generated function captured into a CUDA graph: inputs are copied into static buffers, the graph
-    is replayed, and the outputs are returned as copies (the next replay overwrites the static ones)."""
+    is replayed, and the outputs are returned as copies (the next replay overwrites the static ones).
+    ``static`` inputs (parameters) are read where they were at capture: a replay checks that the caller
+    passes the same storage and strides there (``replay`` returns None otherwise). The captured tensors are
+    kept alive, so their memory cannot be handed to another tensor meanwhile."""
 
     def __init__(self, fn: Any, args: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
-                 variables: Sequence[str], device: torch.device) -> None:
-        self.inputs = [a.clone() for a in args]
+                 variables: Sequence[str], device: torch.device, static: frozenset[int] = frozenset()) -> None:
+        self.inputs = [a if i in static else a.clone() for i, a in enumerate(args)]
+        self.static = [(i, a.data_ptr(), a.stride()) for i, a in enumerate(args) if i in static]
+        self.copied = [(b, i) for i, b in enumerate(self.inputs) if i not in static]
         # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
         # must not apply the run's assigns
         side = torch.cuda.Stream(device)
@@ -295,8 +339,12 @@ class CapturedRun:
         with torch.cuda.graph(self.graph):
             self.outputs = fn(*self.inputs)  # recorded, not run: the first replay runs it
 
-    def replay(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        for buffer, value in zip(self.inputs, args, strict=True):
-            buffer.copy_(value, non_blocking=True)
+    def replay(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        for i, ptr, stride in self.static:
+            a = args[i]
+            if a.data_ptr() != ptr or a.stride() != stride:
+                return None
+        for buffer, i in self.copied:
+            buffer.copy_(args[i], non_blocking=True)
         self.graph.replay()
         return [t.clone() for t in self.outputs]

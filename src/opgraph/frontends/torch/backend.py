@@ -122,9 +122,20 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
         listed = ", ".join(f"{name} x{n} ({tr.reasons[name]})" for name, n in tr.fallbacks.most_common())
         warnings.warn(f"opgraph: {sum(tr.fallbacks.values())} of {nodes} ATen ops in a {kind} graph run as "
                       f"themselves (no opgraph equivalent): {listed}", stacklevel=2)
+    if kind != "backward":  # parameters and buffers: CUDA-graph replays read them in place
+        static = _static_input_indices()
+        exe.mark_static_inputs([k for k, i in enumerate(tr.tensor_inputs) if i in static])
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
     return _boxed(exe, tr)
+
+
+def _static_input_indices() -> set[int]:
+    """The forward graph's inputs that AOTAutograd knows to be parameters or buffers (the same tensors on every
+    call), as it tells Inductor's CUDA graphs; empty where it does not say."""
+    context = torch._guards.TracingContext.try_get()
+    metadata = getattr(context, "fw_metadata", None)
+    return set(getattr(metadata, "static_input_indices", None) or ())
 
 
 def _boxed(exe: Any, tr: Translation) -> Callable[..., Any]:
