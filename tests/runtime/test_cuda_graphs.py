@@ -134,3 +134,20 @@ def test_backend_parameters_updated_in_place_are_seen_by_replays() -> None:
             torch.testing.assert_close(fast(x), model(x))
             for p in model.parameters():  # an optimizer step, in place
                 p.add_(0.1 * torch.randn_like(p))
+
+
+def test_costly_replays_are_timed_against_op_by_op_and_the_faster_kept() -> None:
+    g = og.Graph()
+    x = g.placeholder((16, 16), og.float32, name="x")
+    big = g.placeholder((1 << 24,), og.float32, name="big")  # 64 MiB copied per replay: worth timing
+    y = x
+    for _ in range(40):  # 40 launches that do not fuse
+        y = g.matmul(y, x)
+    exe = g.compile({x: x.type, big: big.type}, [y, g.reduce_max(big, 0)], device="cuda")
+    plain = g.compile({x: x.type, big: big.type}, [y, g.reduce_max(big, 0)], device="cuda", descriptor=PLAIN)
+    args = [torch.randn(16, 16, device="cuda") / 16, torch.randn(1 << 24, device="cuda")]
+    want = plain.run(args)
+    for k in range(4):  # capture, timed replay, timed op-by-op run, then the kept way
+        torch.testing.assert_close(exe.run(args), want)
+        assert (exe._trial is None) == (k >= 2), k
+    assert exe.cuda_graph_status == "on" or exe.cuda_graph_status.startswith("off: a replay")

@@ -57,6 +57,7 @@ class Executable:
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()
         self._recaptures = 0
+        self._trial: list[float] | None = None  # while deciding: seconds of a timed replay, then op by op
         self.cuda_graph_status = "off"
         if device.is_cuda and descriptor.cuda_graphs:
             static = all(t.is_static for t in self.input_types) and all(t.is_static for t in self.output_types_)
@@ -102,7 +103,11 @@ class Executable:
         try:
             if self.cuda_graph_status.startswith("pending"):
                 self._try_capture(args)
+                if self._cuda_graph is not None:  # the capture's own run: a plain replay
+                    return self._cuda_graph.replay(args) or self._fn(*args)
             if self._cuda_graph is not None:
+                if self._trial is not None:
+                    return self._timed_trial(args)
                 out = self._cuda_graph.replay(args)
                 if out is not None:
                     return out
@@ -148,6 +153,28 @@ class Executable:
             return out
         return self._fn(*args)
 
+    def _timed_trial(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Replays copy inputs and outputs; when that is a fair share of what they save, time one replay and
+        one op-by-op run (the next two runs) and keep the faster way."""
+        import time
+
+        assert self._cuda_graph is not None and self._trial is not None
+        torch.cuda.synchronize(self._torch_device)
+        start = time.perf_counter()
+        out = self._cuda_graph.replay(args) if not self._trial else self._fn(*args)
+        torch.cuda.synchronize(self._torch_device)
+        self._trial.append(time.perf_counter() - start)
+        if out is None:  # a static input moved: capture (and try) again
+            return self._recapture(args)
+        if len(self._trial) == 2:
+            replay, plain = self._trial
+            self._trial = None
+            if replay >= plain:
+                self._cuda_graph = None  # frees the graph's memory pool
+                self.cuda_graph_status = (f"off: a replay ({replay * 1e3:.2f} ms, copies included) was not faster "
+                                          f"than running op by op ({plain * 1e3:.2f} ms)")
+        return out
+
     def _try_capture(self, args: Sequence[torch.Tensor]) -> None:
         variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
         launches = len(self.kernels())
@@ -161,6 +188,8 @@ class Executable:
         try:
             self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device,
                                            self._static_inputs)
+            # cheap copies: keep the graph; else measure (a device-bound run gains nothing from replays)
+            self._trial = [] if copied / COPY_BYTES_PER_US > TRIAL_SHARE * launches * LAUNCH_US else None
             self.cuda_graph_status = "on"
         except Exception as e:  # e.g. an op that synchronises with the host: run op by op instead
             torch.cuda.synchronize(self._torch_device)
@@ -313,6 +342,7 @@ class KernelInfo:
 _PARAMETER = torch.nn.Parameter  # parameters passed as inputs (the PyTorch backend) take the fast path too
 LAUNCH_US = 4.0  # host time a kernel launch costs without a CUDA graph (measured: ~5 us on an H200 host)
 COPY_BYTES_PER_US = 2.0e6  # device copy bandwidth, conservatively (read + write)
+TRIAL_SHARE = 0.1  # replays whose copies cost more than this share of the launches they save are timed first
 
 
 class CapturedRun:
