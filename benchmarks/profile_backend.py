@@ -1,0 +1,70 @@
+"""Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch:
+torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph bench``).
+
+    python benchmarks/profile_backend.py --models resnet50:64,bert:32
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import opgraph  # noqa: F401  (registers the backend when not installed)
+from opgraph.cli._bench_models import MODELS, WithLoss, make_data
+
+
+def breakdown(title: str, step: Callable[[], None], top: int) -> None:
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    total: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            total[e.name[:90]] += e.device_time_total / 3
+            count[e.name[:90]] += 1
+    print(f"== {title}: {sum(total.values()) / 1e3:.2f} ms kernel time/step, {sum(count.values()) // 3} kernels/step")
+    for name, us in total.most_common(top):
+        print(f"  {us / 1e3:8.3f} ms  x{count[name] // 3:4d}  {name}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="resnet50:64,bert:32", help="name:batch pairs (opgraph bench's models)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16: autocast")
+    ap.add_argument("--top", type=int, default=18, help="kernels listed per run")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    for item in args.models.split(","):
+        name, batch = item.split(":")
+        m = MODELS[name]
+        for backend in ("eager", "opgraph"):
+            torch.manual_seed(0)
+            torch._dynamo.reset()
+            model = WithLoss(m.build(False)).cuda().train()
+            x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            run = model if backend == "eager" else torch.compile(model, backend="opgraph")
+
+            def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
+                     opt: torch.optim.Optimizer = opt) -> None:
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
+                    loss = run(x, y)
+                loss.backward()
+                opt.step()
+
+            breakdown(f"{name} batch {batch} {args.dtype} {backend}", step, args.top)
+
+
+if __name__ == "__main__":
+    main()
