@@ -232,3 +232,20 @@ def test_bar_chart_png() -> None:
     check_png(encode_png(img))
     with pytest.raises(ValueError, match="2 categories"):
         bar_chart(["a", "b"], [Bars("x", [1.0])])
+
+
+def test_relative_error_counts_nan_as_a_mismatch() -> None:
+    ref = [torch.ones(3)]
+    assert bench.rel_err([torch.tensor([1.0, float("nan"), 1.0])], ref) == float("inf")
+    assert bench.rel_err([torch.ones(3)], ref) == 0.0
+
+
+def test_the_rounding_allowance_is_capped(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # eager's own rounding error is huge (or inf): the tolerance stays at most MAX_TOLERANCE, so zeros do not match
+    monkeypatch.setattr(bench.Bench, "_compile", staticmethod(fake_compile))
+    for rounding in (10.0, float("inf")):
+        monkeypatch.setattr(bench.Bench, "_rounding", lambda self, *args, r=rounding: r)
+        assert main(["bench", "--device", "cpu", "--only", "training", "--models", "tiny_cnn", "--dtypes", "float32",
+                     "--backends", "opgraph", "--iters", "1", "--warmup", "0", "--threads", "1", "--quiet"]) == 0
+        out = capsys.readouterr().out
+        assert "opgraph: differs from eager: relative error 1 >" in out, out

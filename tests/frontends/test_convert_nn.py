@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import opgraph as og
 from opgraph.frontends.torch import CONVERTERS, GraphReport, TorchOptions, compile_fx, recording
 from opgraph.frontends.torch.fallback import qualified_name
 from tests.frontends.torch_harness import check_inference, check_training, compiled, fallbacks
@@ -209,6 +210,31 @@ def test_uneven_adaptive_avg_pool(size: tuple[int, int], dtype: torch.dtype) -> 
                    torch.randn(2, 3, 9, dtype=dtype))
     check_training(_seeded(lambda: nn.Sequential(nn.Conv3d(3, 3, 1), nn.AdaptiveAvgPool3d((2, 3, 4))), dtype),
                    torch.randn(2, 3, 3, 5, 7, dtype=dtype))
+
+
+def test_adaptive_pool_to_an_empty_size_falls_back() -> None:
+    x = torch.randn(1, 2, 5, 5)
+    out, reports = _fell_back(lambda t: F.adaptive_avg_pool2d(t, (0, 3)), x)
+    assert out.shape == (1, 2, 0, 3)
+    assert "an empty size" in reports[0].reasons["aten::_adaptive_avg_pool2d.default"]
+
+
+def test_eval_batch_norm_returns_the_running_statistics_where_cuda_traces_them() -> None:
+    # CUDA traces (C,) saved statistics for eval batch norm (the CPU traces empty ones), and its ATen backward
+    # reads them: they must be the running mean and 1 / sqrt(running var + eps)
+    from opgraph.core.types import TensorType
+    from opgraph.frontends.torch.registry import ConvertContext, lookup
+
+    g = og.Graph()
+    x, rm, rv = g.placeholder((2, 3, 4), og.float32), g.placeholder((3,), og.float32), g.placeholder((3,), og.float32)
+    c = TensorType((3,), og.float32)
+    ctx = ConvertContext(g, [x.type, c, c])
+    y, mean, invstd = lookup(aten._native_batch_norm_legit_no_training.default)(ctx, x, None, None, rm, rv, 0.1, 1e-5)
+    xs, ms, vs = torch.randn(2, 3, 4), torch.randn(3), torch.rand(3) + 0.5
+    got = g.run({x: xs, rm: ms, rv: vs}, [y, mean, invstd])
+    torch.testing.assert_close(got[0], F.batch_norm(xs, ms, vs, eps=1e-5))
+    torch.testing.assert_close(got[1], ms)
+    torch.testing.assert_close(got[2], torch.rsqrt(vs + 1e-5))
 
 
 def test_uneven_adaptive_max_pool_falls_back_with_the_reason() -> None:

@@ -151,3 +151,13 @@ def test_costly_replays_are_timed_against_op_by_op_and_the_faster_kept() -> None
         torch.testing.assert_close(exe.run(args), want)
         assert (exe._trial is None) == (k >= 2), k
     assert exe.cuda_graph_status == "on" or exe.cuda_graph_status.startswith("off: a replay")
+
+
+def test_an_update_only_executable_applies_its_assigns_once_per_run() -> None:
+    g = og.Graph()
+    w = g.variable(torch.zeros(3), name="w")
+    x = g.placeholder((3,), og.float32, name="x")
+    exe = g.compile({x: x.type}, [], [g.assign(w, w + x)], device="cuda")
+    for k in range(1, 4):
+        assert exe.run([torch.ones(3, device="cuda")]) == []
+        assert g.variable_value(w, "cuda").tolist() == [float(k)] * 3, (k, exe.cuda_graph_status)

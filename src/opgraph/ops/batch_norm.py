@@ -79,8 +79,11 @@ def _training_lower(ctx: LowerContext) -> Callable[..., Any]:
         if w is None and mixed:
             w = ones(xm.shape[1])  # a float32 weight selects the float32-computing kernel for 16-bit x
         # the dispatcher PyTorch's own batch_norm uses: cuDNN's one-kernel statistics on CUDA where it applies
-        y, mean, rstd = torch._batch_norm_impl_index(xm, w, b, None, None, True, 0.0, eps,
-                                                     torch.backends.cudnn.enabled)[:3]
+        if xm.numel() == 0:  # the dispatcher returns uninitialised statistics here; this raises
+            y, mean, rstd = torch.native_batch_norm(xm, w, b, None, None, True, 0.0, eps)
+        else:
+            y, mean, rstd = torch._batch_norm_impl_index(xm, w, b, None, None, True, 0.0, eps,
+                                                         torch.backends.cudnn.enabled)[:3]
         # rstd = 1 / sqrt(var + eps): exact to a few ulps of var + eps; clamped where var ~ 0 rounds below
         var = torch.clamp_min_(rstd.pow(-2) - eps, 0.0) if eps else rstd.pow(-2)
         return (y.movedim(1, axis) if axis != 1 else y), mean, var

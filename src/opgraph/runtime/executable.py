@@ -104,7 +104,8 @@ class Executable:
             if self.cuda_graph_status.startswith("pending"):
                 self._try_capture(args)
                 if self._cuda_graph is not None:  # the capture's own run: a plain replay
-                    return self._cuda_graph.replay(args) or self._fn(*args)
+                    out = self._cuda_graph.replay(args)
+                    return out if out is not None else self._recapture(args)
             if self._cuda_graph is not None:
                 if self._trial is not None:
                     return self._timed_trial(args)
@@ -349,8 +350,8 @@ class CapturedRun:
     """A generated function captured into a CUDA graph: inputs are copied into static buffers, the graph
     is replayed, and the outputs are returned as copies (the next replay overwrites the static ones).
     ``static`` inputs (parameters) are read where they were at capture: a replay checks that the caller
-    passes the same storage and strides there (``replay`` returns None otherwise). The captured tensors are
-    kept alive, so their memory cannot be handed to another tensor meanwhile."""
+    passes the same data pointer and strides there (``replay`` returns None otherwise), so a replay reads
+    exactly the memory of the tensor the caller passed."""
 
     def __init__(self, fn: Any, args: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
                  variables: Sequence[str], device: torch.device, static: frozenset[int] = frozenset()) -> None:

@@ -219,6 +219,7 @@ def _seq_outputs(ctx: ConvertContext, q: Tensor, k: Tensor) -> tuple[Any, ...]:
 @converts(aten._scaled_dot_product_flash_attention.default)
 def _sdpa_flash(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
                 is_causal: bool = False, return_debug_mask: bool = False, *, scale: Any = None) -> tuple[Any, ...]:
+    _top_left_causal(q, k, is_causal)
     out, lse = _sdpa_flash_cpu(ctx, q, k, v, dropout_p, is_causal, scale=scale)
     return (out, _fit_logsumexp(ctx, lse, 1)) + _seq_outputs(ctx, q, k)
 
@@ -228,7 +229,15 @@ def _sdpa_flash_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, 
                          logsumexp: Tensor, cum_seq_q: Tensor, cum_seq_k: Tensor, max_q: Any, max_k: Any,
                          dropout_p: float, is_causal: bool, philox_seed: Tensor, philox_offset: Tensor, *,
                          scale: Any = None) -> tuple[Tensor | None, ...]:
+    _top_left_causal(q, k, is_causal)
     return _backward(ctx, go, q, k, v, None, dropout_p, is_causal, scale)[:3]
+
+
+def _top_left_causal(q: Tensor, k: Tensor, is_causal: bool) -> None:
+    """The flash kernel aligns a causal mask bottom-right when queries and keys differ in number (PyTorch's
+    dispatcher never picks it then); the converters' mask is top-left."""
+    if is_causal and q.shape[-2] != k.shape[-2]:
+        raise Unsupported("a causal flash attention with different query and key lengths")
 
 
 @converts(aten._scaled_dot_product_cudnn_attention.default)

@@ -313,6 +313,11 @@ def _uneven_adaptive_avg(ctx: ConvertContext, t: Tensor, sizes: Sequence[int], o
     return t
 
 
+def _nonempty_windows(sizes: Sequence[int], outs: Sequence[int]) -> None:
+    if len(sizes) != len(outs) or min(*sizes, *outs) < 1:
+        raise Unsupported(f"adaptive pooling of {tuple(sizes)} to {tuple(outs)}: an empty size")
+
+
 def _adaptive_avg(ctx: ConvertContext, n: int, x: Tensor, output_size: Any) -> Tensor:
     outs = _ints(output_size, n, "output_size")
     if all(o == 1 for o in outs):  # global: a mean, which fuses
@@ -322,7 +327,9 @@ def _adaptive_avg(ctx: ConvertContext, n: int, x: Tensor, output_size: Any) -> T
         d = _adaptive_descriptor(n, x, outs)
     except Unsupported:
         _floating(x)
-        return _uneven_adaptive_avg(ctx, x, _static(x.shape[-n:], "adaptive pooling"), outs, backward=False)
+        sizes = _static(x.shape[-n:], "adaptive pooling")
+        _nonempty_windows(sizes, outs)
+        return _uneven_adaptive_avg(ctx, x, sizes, outs, backward=False)
     x, added = _pooled(ctx, x, d)
     return _rebatch(ctx, _pool_op(ctx, "avg_pool", d)(x, d), added)
 
@@ -333,7 +340,9 @@ def _adaptive_avg_backward(ctx: ConvertContext, n: int, gy: Tensor, x: Tensor) -
         d = _adaptive_descriptor(n, x, gy.shape[-n:])
     except Unsupported:
         outs = _static(gy.shape[-n:], "adaptive pooling's output size")
-        return _uneven_adaptive_avg(ctx, gy, _static(x.shape[-n:], "adaptive pooling"), outs, backward=True)
+        sizes = _static(x.shape[-n:], "adaptive pooling")
+        _nonempty_windows(sizes, outs)
+        return _uneven_adaptive_avg(ctx, gy, sizes, outs, backward=True)
     x, added = _pooled(ctx, x, d)
     gy = ctx.g.expand_dims(gy, 0) if added else gy
     return _rebatch(ctx, _pool_op(ctx, "avg_pool_gradient", d)(gy, x, d), added)
@@ -432,7 +441,12 @@ def _batch_norm_inference(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: T
     _floating(x, w, b, running_mean, running_var)
     if x.rank < 2:
         raise Unsupported(f"batch norm of a rank-{x.rank} input")
-    y = ctx.g.batch_norm(x, running_mean, running_var, w, b, training=False, epsilon=float(eps)).output
+    g = ctx.g
+    y = g.batch_norm(x, running_mean, running_var, w, b, training=False, epsilon=float(eps)).output
+    t = ctx.out_types[1] if len(ctx.out_types) > 1 else None
+    if t is not None and t.shape != (0,):  # CUDA returns the running statistics there, which its backward reads
+        invstd = g.rsqrt(g.add(_cast(ctx, running_var, t.dtype), float(eps)))
+        return y, _cast(ctx, running_mean, t.dtype), _cast(ctx, invstd, _want(ctx, 2, t.dtype))
     return y, _empty(ctx, 1), _empty(ctx, 2)
 
 
