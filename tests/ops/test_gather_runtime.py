@@ -108,3 +108,23 @@ def test_index_checks_can_be_turned_off() -> None:
     assert checked.run(values)[0].tolist() == fast.run(values)[0].tolist() == [3.0, 3.0]
     with pytest.raises(og.ExecutionError, match="out of range"):
         checked.run([torch.arange(4.0), torch.tensor([4, 0])])
+
+
+def test_constant_indices_in_range_are_checked_once_at_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a run-time check costs a host synchronisation on a GPU (and prevents CUDA-graph capture)
+    import opgraph.ops.gather as gather_ops
+
+    seen: list[bool] = []
+    real = gather_ops._checked
+    monkeypatch.setattr(gather_ops, "_checked", lambda idx, size, what, check=True: (
+        seen.append(check), real(idx, size, what, check))[1])
+    g = og.Graph()
+    x = g.placeholder((4, 3), og.float32)
+    i = g.placeholder((2,), og.int32)
+    ok, bad = g.gather(x, g.constant([3, -4]), axis=0), g.gather(x, g.constant([4]), axis=0)
+    xs = torch.arange(12.0).reshape(4, 3)
+    assert g.run({x: xs}, [ok])[0].tolist() == [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]] and seen == [False]
+    assert g.run({x: xs, i: torch.tensor([1, 0], dtype=torch.int32)}, [g.gather(x, i, axis=0)])[0][0, 0] == 3.0
+    assert seen[-1] is True  # fed indices: checked at run time
+    with pytest.raises(og.OpgraphError, match="out of range"):
+        g.run({x: xs}, [bad])

@@ -156,7 +156,9 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
 def _lower(op: Operation, device: torch.device, options: Any) -> Any:
     if op.op.lower is None:
         raise GraphError(f"op {op.op.name} has no lowering")
-    ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device, options)
+    constants = tuple(t.op.payload if t.op.op is CONSTANT else None for t in op.inputs)
+    ctx = LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs), device, options,
+                       constants)
     try:
         return op.op.lower(ctx)
     except OpgraphError:

@@ -37,6 +37,7 @@ class LowerContext:
     out_types: tuple[TensorType, ...]
     device: torch.device
     options: Any = None  # the CompilationDescriptor (run-time checks, precision), None outside compilation
+    constants: tuple[torch.Tensor | None, ...] = ()  # the value of each input that is a constant, else None
 
 
 TypeRule = Callable[[Any, tuple[TensorType, ...]], "TensorType | Sequence[TensorType]"]

@@ -63,9 +63,18 @@ def _expect_indices(t: TensorType) -> None:
     expect_dtype(t, integer=True, what="indices")
 
 
-def _checks_indices(ctx: LowerContext) -> bool:
-    """``CompilationDescriptor.check_indices`` (on unless the executable's descriptor turns it off)."""
-    return bool(getattr(ctx.options, "check_indices", True))
+def _checks_indices(ctx: LowerContext, position: int | None = None, source: int = 0, axis: int = 0) -> bool:
+    """``CompilationDescriptor.check_indices`` (on unless the executable's descriptor turns it off), except
+    for constant indices (input ``position``) already in range of input ``source``'s static ``axis``: those
+    are checked here, once, and cost no host synchronisation per run."""
+    if not getattr(ctx.options, "check_indices", True):
+        return False
+    if position is None or position >= len(ctx.constants):
+        return True
+    idx, size = ctx.constants[position], ctx.in_types[source].shape[axis]
+    if idx is None or size is None:
+        return True
+    return bool(idx.numel()) and not bool(((idx >= -size) & (idx < size)).all())
 
 
 def _checked(idx: torch.Tensor, size: int | torch.Tensor, what: str, check: bool = True) -> torch.Tensor:
@@ -145,7 +154,8 @@ def _gather_rule(a: GatherAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 
 
 def _gather_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, b, check = ctx.attrs.axis, ctx.attrs.batch_dims, _checks_indices(ctx)
+    axis, b = ctx.attrs.axis, ctx.attrs.batch_dims
+    check = _checks_indices(ctx, 1, 0, axis)
 
     def gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         n = x.shape[axis]
@@ -244,7 +254,7 @@ def _gather_along_axis_rule(a: GatherAlongAxisAttrs, ins: tuple[TensorType, ...]
 
 def _gather_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
     axis = ctx.attrs.axis
-    check = _checks_indices(ctx)
+    check = _checks_indices(ctx, 1, 0, axis)
     return lambda x, idx: torch.gather(x, axis, _checked(idx, x.shape[axis], "gather_along_axis", check))
 
 
@@ -273,7 +283,8 @@ def _scatter_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 
 
 def _scatter_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, mode, check = ctx.attrs.axis, ctx.attrs.mode, _checks_indices(ctx)
+    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+    check = _checks_indices(ctx, 2, 0, axis)
 
     def scatter(data: torch.Tensor, upd: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         idx = _checked(idx, data.shape[axis], "scatter", check)
@@ -342,7 +353,8 @@ def _scatter_along_axis_rule(a: ScatterAttrs, ins: tuple[TensorType, ...]) -> Te
 
 
 def _scatter_along_axis_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis, mode, check = ctx.attrs.axis, ctx.attrs.mode, _checks_indices(ctx)
+    axis, mode = ctx.attrs.axis, ctx.attrs.mode
+    check = _checks_indices(ctx, 2, 0, axis)
     return lambda data, upd, idx: _scatter_into(
         data, axis, _checked(idx, data.shape[axis], "scatter_along_axis", check), upd, mode)
 

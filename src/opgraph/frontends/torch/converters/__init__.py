@@ -2,8 +2,11 @@
 
 from . import attention as attention
 from . import core as core
+from . import distance as distance
 from . import elementwise as elementwise
+from . import extra as extra
 from . import nn as nn
 from . import pool1d as pool1d
 from . import reduce as reduce
+from . import sampling as sampling
 from . import shape as shape
