@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import opgraph as og
+from opgraph.frontends.torch import recording
 from tests.frontends.torch_harness import check_inference, check_training, compiled
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -205,3 +206,20 @@ def test_dynamic_true_reads_sizes_from_the_inputs() -> None:
             torch.testing.assert_close(fast(x, w), f(x, w))
     assert len(reports) == 1 and reports[0].fallbacks == {} and reports[0].executable is not None
     assert any(o.op.name == "reshape_dims" for o in reports[0].executable.program.graph.ops)
+
+
+def test_parameters_and_buffers_are_marked_static_inputs() -> None:
+    # CUDA-graph replays read them in place; the batch (and the backward graph's inputs) are copied
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 2))
+    x = torch.randn(3, 4)
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(model)(x).sum().backward()
+    kinds = {r.kind: r.executable for r in reports}
+    forward, backward = kinds["forward"], kinds["backward"]
+    static = sorted(forward._static_inputs)
+    shapes = [tuple(forward.input_types[i].shape) for i in static]
+    params = {tuple(p.shape) for p in model.parameters()} | {tuple(b.shape) for b in model.buffers()}
+    assert set(shapes) <= params and len(static) == len(forward.input_types) - 1  # all but the batch
+    assert (3, 4) not in shapes and not backward._static_inputs
