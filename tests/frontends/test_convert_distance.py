@@ -8,20 +8,18 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import opgraph as og
 from opgraph.core.types import TensorType
-from opgraph.frontends.torch import CONVERTERS, TorchOptions, compile_fx, recording
+from opgraph.frontends.torch import CONVERTERS, recording
 from opgraph.frontends.torch.registry import ConvertContext, Unsupported, lookup
-from tests.frontends.torch_harness import check_inference, check_training, fallbacks
+from tests.frontends.torch_harness import check_aten, check_inference, check_training, fallbacks
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -37,19 +35,6 @@ def _t(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.
     g = torch.Generator().manual_seed(seed)
     return torch.randint(-3, 4, shape, generator=g).to(dtype) + torch.randn(shape, generator=g, dtype=dtype) * (
         torch.rand(shape, generator=g) < 0.5).to(dtype)
-
-
-def check_aten(fn: Callable[..., Any], *inputs: Any, op: Any, want: Any = None, tracing_mode: str = "real",
-               rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """``fn``'s ATen graph (traced as it is; it must contain ``op``) compiled by the backend equals ``want``
-    (default ``fn`` run eagerly), with no fallback."""
-    gm = make_fx(fn, tracing_mode=tracing_mode)(*inputs)
-    assert any(n.target is op for n in gm.graph.nodes), gm.graph
-    with recording() as reports:
-        run = compile_fx(gm, inputs, TorchOptions(warn_fallbacks=False))
-    assert not fallbacks(reports), [r.reasons for r in reports]
-    want = fn(*inputs) if want is None else want
-    torch.testing.assert_close(run(list(inputs)), [want], rtol=rtol, atol=atol, equal_nan=True)
 
 
 def test_the_ops_are_registered_here() -> None:

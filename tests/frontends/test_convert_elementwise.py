@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from opgraph.frontends.torch import TorchOptions, compile_fx, recording
+from opgraph.frontends.torch import recording
+from tests.frontends import torch_harness as harness
 from tests.frontends.torch_harness import check_inference, check_training, compiled, fallbacks
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -335,13 +335,8 @@ def test_empty_tensors_have_the_traced_type() -> None:
 # ---- ATen ops that core-ATen decompositions remove (make_fx graphs keep them) --------------------------------------
 def check_aten(fn: Callable[..., Any], *inputs: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6,
                expect_fallbacks: dict[str, int] | None = None) -> None:
-    """``fn`` traced to ATen without decompositions, through the backend's ``compile_fx``, equals eager."""
-    gm = make_fx(fn, tracing_mode="fake")(*inputs)
-    with recording() as reports:
-        run = compile_fx(gm, list(inputs), TorchOptions(warn_fallbacks=False))
-    got = run(list(inputs))
-    torch.testing.assert_close(got, list(fn(*inputs)), rtol=rtol, atol=atol, equal_nan=True)
-    assert fallbacks(reports) == (expect_fallbacks or {})
+    """The harness's check, traced with fake tensors."""
+    harness.check_aten(fn, *inputs, tracing_mode="fake", rtol=rtol, atol=atol, expect_fallbacks=expect_fallbacks)
 
 
 def _non_decomposed(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:

@@ -18,35 +18,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from opgraph.frontends.torch import CONVERTERS, GraphReport, TorchOptions, compile_fx, recording
-from tests.frontends.torch_harness import check_inference, check_training, compiled, fallbacks
+from tests.frontends.torch_harness import check_aten, check_inference, check_training, compiled, fallbacks, fell_back
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 aten = torch.ops.aten
 nan, inf = float("nan"), float("inf")
-
-
-def check_aten(fn: Callable[..., Any], *inputs: Any, op: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """``fn``'s ATen graph (traced without decomposition; it must contain ``op``) compiled by the backend equals
-    ``fn`` run eagerly in every result, with no fallback."""
-    gm = make_fx(lambda *xs: fn(*xs))(*inputs)
-    assert any(n.target is op for n in gm.graph.nodes), gm.graph
-    with recording() as reports:
-        run = compile_fx(gm, inputs, TorchOptions(warn_fallbacks=False))
-    assert not fallbacks(reports), fallbacks(reports)
-    want = fn(*inputs)
-    torch.testing.assert_close(run(list(inputs)), list(want) if isinstance(want, (tuple, list)) else [want],
-                               rtol=rtol, atol=atol, equal_nan=True)
-
-
-def _fell_back(fn: Callable[..., Any], *inputs: Any) -> tuple[Any, list[GraphReport]]:
-    with recording() as reports, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = compiled(fn)(*inputs)
-    return out, reports
 
 
 def _reasons(reports: list[GraphReport]) -> dict[str, str]:
@@ -270,7 +249,7 @@ def test_forward_only_embedding_bag_whose_meta_shapes_differ_falls_back(mode: st
     # by the bags
     w = torch.randn(10, 3)
     fn = lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, include_last_offset=True)
-    out, reports = _fell_back(fn, w, INDICES, OFFSETS)
+    out, reports = fell_back(fn, w, INDICES, OFFSETS)
     torch.testing.assert_close(out, fn(w, INDICES, OFFSETS))
     assert fallbacks(reports) == {"aten::_embedding_bag_forward_only.default": 1}
     assert "meta function" in _reasons(reports)["aten::_embedding_bag_forward_only.default"]

@@ -8,7 +8,6 @@ upsampling, the CPU flash-attention forward) are checked on ATen graphs traced w
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +18,9 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import opgraph as og
-from opgraph.frontends.torch import CONVERTERS, GraphReport, TorchOptions, compile_fx, recording
+from opgraph.frontends.torch import CONVERTERS, TorchOptions, compile_fx, recording
 from opgraph.frontends.torch.fallback import qualified_name
-from tests.frontends.torch_harness import check_inference, check_training, compiled, fallbacks
+from tests.frontends.torch_harness import check_aten, check_inference, check_training, fallbacks, fell_back
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -50,26 +49,6 @@ def test_the_allowed_outside_ops_are_not_this_family() -> None:
     assert {"aten::convolution.default", "aten::max_pool2d_with_indices.default",
             "aten::_native_batch_norm_legit_functional.default", "aten::native_layer_norm.default"} <= mine
     assert not OUTSIDE & mine
-
-
-def check_aten(fn: Callable[..., Any], *inputs: Any, op: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """``fn``'s ATen graph (traced without decomposition; it must contain ``op``) translated and compiled by the
-    backend equals ``fn`` run eagerly, with no fallback."""
-    gm = make_fx(lambda *xs: fn(*xs))(*inputs)  # captured tensors become constants
-    assert any(n.target is op for n in gm.graph.nodes), gm.graph
-    with recording() as reports:
-        run = compile_fx(gm, inputs, TorchOptions(warn_fallbacks=False))
-    assert not fallbacks(reports), fallbacks(reports)
-    want = fn(*inputs)
-    torch.testing.assert_close(run(list(inputs)), list(want) if isinstance(want, (tuple, list)) else [want],
-                               rtol=rtol, atol=atol)
-
-
-def _fell_back(fn: Callable[..., Any], *inputs: Any) -> tuple[Any, list[GraphReport]]:
-    with recording() as reports, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = compiled(fn)(*inputs)
-    return out, reports
 
 
 def _seeded(make: Callable[[], nn.Module], dtype: torch.dtype = torch.float32) -> nn.Module:
@@ -214,7 +193,7 @@ def test_uneven_adaptive_avg_pool(size: tuple[int, int], dtype: torch.dtype) -> 
 
 def test_adaptive_pool_to_an_empty_size_falls_back() -> None:
     x = torch.randn(1, 2, 5, 5)
-    out, reports = _fell_back(lambda t: F.adaptive_avg_pool2d(t, (0, 3)), x)
+    out, reports = fell_back(lambda t: F.adaptive_avg_pool2d(t, (0, 3)), x)
     assert out.shape == (1, 2, 0, 3)
     assert "an empty size" in reports[0].reasons["aten::_adaptive_avg_pool2d.default"]
 
@@ -239,7 +218,7 @@ def test_eval_batch_norm_returns_the_running_statistics_where_cuda_traces_them()
 
 def test_uneven_adaptive_max_pool_falls_back_with_the_reason() -> None:
     x = torch.randn(1, 2, 7, 7)
-    out, reports = _fell_back(lambda t: F.adaptive_max_pool2d(t, 3), x)
+    out, reports = fell_back(lambda t: F.adaptive_max_pool2d(t, 3), x)
     torch.testing.assert_close(out, F.adaptive_max_pool2d(x, 3))
     assert fallbacks(reports) == {"aten::adaptive_max_pool2d.default": 1}
     assert "windows of different sizes" in reports[0].reasons["aten::adaptive_max_pool2d.default"]
@@ -356,7 +335,7 @@ def test_dropout_in_eval_disappears_and_random_dropout_falls_back() -> None:
     x = torch.randn(16, 4)
     check_inference(model.eval(), x)
     model.train()
-    out, reports = _fell_back(model, x)
+    out, reports = fell_back(model, x)
     assert fallbacks(reports) == {"aten::native_dropout.default": 1}
     assert "random" in next(r for r in reports if r.fallbacks).reasons["aten::native_dropout.default"]
     full = model[0](x) * 2.0

@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from opgraph.frontends.torch import CONVERTERS, GraphReport, TorchOptions, compile_fx, recording
 from opgraph.frontends.torch.fallback import qualified_name
+from tests.frontends import torch_harness as harness
 from tests.frontends.torch_harness import check_inference, check_training, compiled, fallbacks
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -35,16 +36,8 @@ def _tol(dtype: torch.dtype) -> dict[str, float]:
 
 def check_aten(fn: Callable[..., Any], *inputs: Any, op: Any, rtol: float = 1e-7, atol: float = 1e-10,
                oracle: Callable[..., Any] | None = None) -> None:
-    """``fn``'s ATen graph (traced without decomposition; it must contain ``op``) compiled by the backend equals
-    ``oracle`` (default ``fn``) run eagerly, with no fallback."""
-    gm = make_fx(lambda *xs: fn(*xs))(*inputs)  # (default arguments are not inputs)
-    assert any(n.target is op for n in gm.graph.nodes), gm.graph
-    with recording() as reports:
-        run = compile_fx(gm, inputs, TorchOptions(warn_fallbacks=False))
-    assert not fallbacks(reports), fallbacks(reports)
-    want = (oracle or fn)(*inputs)
-    torch.testing.assert_close(run(list(inputs)), list(want) if isinstance(want, (tuple, list)) else [want],
-                               rtol=rtol, atol=atol, equal_nan=True)
+    """The harness's check with tight tolerances and an optional ``oracle`` (default ``fn``) run eagerly."""
+    harness.check_aten(fn, *inputs, op=op, rtol=rtol, atol=atol, want=(oracle or fn)(*inputs))
 
 
 def _grid(n: int, h: int, w: int, dtype: torch.dtype, reach: float = 1.7) -> torch.Tensor:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from opgraph.frontends.torch import GraphReport, recording
+from opgraph.frontends.torch import GraphReport, TorchOptions, compile_fx, recording
 
 OPTIONS = {"warn_fallbacks": False}
 
@@ -26,6 +26,32 @@ def fallbacks(reports: Sequence[GraphReport]) -> dict[str, int]:
 def compiled(fn: Callable[..., Any], options: dict[str, Any] | None = None) -> Callable[..., Any]:
     torch._dynamo.reset()
     return torch.compile(fn, backend="opgraph", options={**OPTIONS, **(options or {})})
+
+
+def check_aten(fn: Callable[..., Any], *inputs: Any, op: Any = None, want: Any = None, tracing_mode: str = "real",
+               rtol: float = 1e-5, atol: float = 1e-6, expect_fallbacks: dict[str, int] | None = None) -> None:
+    """``fn``'s ATen graph (traced without decomposition; it must contain ``op`` when given) compiled by the
+    backend's ``compile_fx`` equals ``want`` (default: ``fn`` run eagerly) in every result; the ATen ops that
+    fell back are exactly ``expect_fallbacks`` (default: none)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda *xs: fn(*xs), tracing_mode=tracing_mode)(*inputs)  # defaults are not inputs
+    if op is not None:
+        assert any(n.target is op for n in gm.graph.nodes), gm.graph
+    with recording() as reports:
+        run = compile_fx(gm, list(inputs), TorchOptions(warn_fallbacks=False))
+    assert fallbacks(reports) == (expect_fallbacks or {}), [r.reasons for r in reports]
+    want = fn(*inputs) if want is None else want
+    torch.testing.assert_close(run(list(inputs)), list(want) if isinstance(want, (tuple, list)) else [want],
+                               rtol=rtol, atol=atol, equal_nan=True)
+
+
+def fell_back(fn: Callable[..., Any], *inputs: Any) -> tuple[Any, list[GraphReport]]:
+    """``fn(*inputs)`` through the backend with its fallback warnings silenced, and the graphs' reports."""
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = compiled(fn)(*inputs)
+    return out, reports
 
 
 def check_inference(fn: Callable[..., Any], *inputs: Any, rtol: float = 1e-5, atol: float = 1e-6,
