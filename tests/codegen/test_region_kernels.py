@@ -361,16 +361,23 @@ STRIDED: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], list[View]]]
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-@pytest.mark.parametrize("name,build,shapes,views", STRIDED, ids=[c[0] for c in STRIDED])
-def test_strided_inputs_match_contiguous(name: str, build: Callable[..., Any], shapes: list[tuple[int, ...]],
-                                         views: list[View], config: Config | None) -> None:
-    gen = torch.Generator().manual_seed(17)
+def _float32_region(build: Callable[..., Any], shapes: list[tuple[int, ...]],
+                    config: Config | None) -> tuple[og.Graph, list[Any], list[Any], Any, list[Any]]:
+    """``build`` on float32 placeholders of ``shapes``, and its region's kernel (``config`` for reductions)."""
     g = og.Graph()
     xs = [g.placeholder(s, og.float32) for s in shapes]
     outs = outs_of(build(g, *xs))
     ops, _ = region_of(outs)
     kernel, inputs = kernel_for(outs, config if any(o.op.fusion is FusionKind.REDUCTION for o in ops) else None)
+    return g, xs, outs, kernel, inputs
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("name,build,shapes,views", STRIDED, ids=[c[0] for c in STRIDED])
+def test_strided_inputs_match_contiguous(name: str, build: Callable[..., Any], shapes: list[tuple[int, ...]],
+                                         views: list[View], config: Config | None) -> None:
+    gen = torch.Generator().manual_seed(17)
+    g, xs, outs, kernel, inputs = _float32_region(build, shapes, config)
     values = [view(gen) for view in views]
     assert [tuple(v.shape) for v in values] == shapes and any(not v.is_contiguous() for v in values)
     assert "st0_" not in kernel.source and "st0_" in kernel.strided().source  # the variant reads at strides
@@ -409,11 +416,7 @@ INPLACE: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], set[tuple[in
 def test_out_buffers_and_inplace_ok(name: str, build: Callable[..., Any], shapes: list[tuple[int, ...]],
                                     pairs: set[tuple[int, int]], config: Config | None) -> None:
     gen = torch.Generator().manual_seed(19)
-    g = og.Graph()
-    xs = [g.placeholder(s, og.float32) for s in shapes]
-    outs = outs_of(build(g, *xs))
-    ops, _ = region_of(outs)
-    kernel, inputs = kernel_for(outs, config if any(o.op.fusion is FusionKind.REDUCTION for o in ops) else None)
+    g, xs, outs, kernel, inputs = _float32_region(build, shapes, config)
     values = {x: torch.randn(x.shape, generator=gen) for x in xs}
     want = g.run(values, outs)
     # inputs are numbered in first-use order; the expected pairs are written for the placeholders' order

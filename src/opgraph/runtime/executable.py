@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ class Executable:
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()
         self._recaptures = 0
+        self._copy_bound = False  # capture declined: replays would copy more than launches save
         self._trial: list[float] | None = None  # while deciding: seconds of a timed replay, then op by op
         self.cuda_graph_status = "off"
         if device.is_cuda and descriptor.cuda_graphs:
@@ -101,18 +103,14 @@ class Executable:
         """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
         args = self._prepare(inputs)
         try:
-            if self.cuda_graph_status.startswith("pending"):
+            capturing = self.cuda_graph_status.startswith("pending")
+            if capturing:
                 self._try_capture(args)
-                if self._cuda_graph is not None:  # the capture's own run: a plain replay
-                    out = self._cuda_graph.replay(args)
-                    return out if out is not None else self._recapture(args)
             if self._cuda_graph is not None:
-                if self._trial is not None:
+                if self._trial is not None and not capturing:  # the capture's own run is a plain replay
                     return self._timed_trial(args)
                 out = self._cuda_graph.replay(args)
-                if out is not None:
-                    return out
-                return self._recapture(args)
+                return out if out is not None else self._recapture(args)
             return self._fn(*args)
         except OpgraphError:
             raise
@@ -136,7 +134,7 @@ class Executable:
         if bad:
             raise FeedError(f"mark_static_inputs: indices {bad} out of range for {len(self.feed_tensors)} inputs")
         self._static_inputs = frozenset(int(i) for i in indices)
-        if self._cuda_graph is not None or self.cuda_graph_status.startswith("off: copying"):  # decide again
+        if self._cuda_graph is not None or self._copy_bound:  # decide again with these inputs not copied
             self._cuda_graph = None
             self.cuda_graph_status = "pending (captured on the next run)"
 
@@ -157,8 +155,6 @@ class Executable:
     def _timed_trial(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Replays copy inputs and outputs; when that is a fair share of what they save, time one replay and
         one op-by-op run (the next two runs) and keep the faster way."""
-        import time
-
         assert self._cuda_graph is not None and self._trial is not None
         torch.cuda.synchronize(self._torch_device)
         start = time.perf_counter()
@@ -181,7 +177,8 @@ class Executable:
         launches = len(self.kernels())
         copied = sum(a.numel() * a.element_size() for i, a in enumerate(args) if i not in self._static_inputs) + sum(
             math.prod(int(d or 0) for d in t.shape) * t.dtype.itemsize for t in self.output_types_)
-        if launches == 0 or copied / COPY_BYTES_PER_US > launches * LAUNCH_US:  # replays copy inputs and outputs
+        self._copy_bound = launches > 0 and copied / COPY_BYTES_PER_US > launches * LAUNCH_US
+        if launches == 0 or self._copy_bound:  # replays copy inputs and outputs
             self._cuda_graph = None
             self.cuda_graph_status = (f"off: copying {copied / 2**20:.0f} MiB of inputs and outputs per replay "
                                       f"would cost more than {launches} kernel launches save")

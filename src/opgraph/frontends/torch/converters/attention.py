@@ -18,7 +18,7 @@ import torch
 from ....core.dtype import float32
 from ....ir.graph import Tensor
 from ..registry import ConvertContext, Unsupported, converts
-from .nn import _cast, _floating, _static, _want
+from .nn import _cast, _floating, _static, _traced_zeros, _want
 
 aten = torch.ops.aten
 
@@ -134,15 +134,6 @@ def _encoder_layer(ctx: ConvertContext, src: Tensor, embed_dim: int, num_heads: 
 
 
 # ---- the CUDA kernels' forms ---------------------------------------------------------------------------------
-def _zeros_like_traced(ctx: ConvertContext, i: int) -> Tensor | None:
-    """A bookkeeping output (random state, offsets, debug mask) as zeros of its traced type; None if untraced."""
-    t = ctx.out_types[i] if i < len(ctx.out_types) else None
-    if t is None:
-        return None
-    return ctx.g.constant(torch.zeros(_static(t.shape, "an attention kernel's bookkeeping output"),
-                                      dtype=t.dtype.torch_dtype))
-
-
 def _fit_logsumexp(ctx: ConvertContext, lse: Tensor, i: int) -> Tensor | None:
     """``lse`` (batch, heads, queries) shaped as the kernel returns it: padded along the queries (the
     memory-efficient kernel rounds them up to 32), with a trailing 1 (cuDNN), or empty when not asked for."""
@@ -152,7 +143,7 @@ def _fit_logsumexp(ctx: ConvertContext, lse: Tensor, i: int) -> Tensor | None:
         return None
     want = _static(t.shape, "the attention logsumexp")
     if math.prod(want) == 0:
-        return _zeros_like_traced(ctx, i)
+        return _traced_zeros(ctx, i)
     have = _static(lse.shape, "the attention logsumexp")
     queries = len(have) - 1
     if len(want) == len(have) + 1 and want[-1] == 1:
@@ -194,7 +185,7 @@ def _sdpa_efficient(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, attn_b
                     scale: Any = None) -> tuple[Tensor | None, ...]:
     """(output, logsumexp padded to 32 queries, philox seed, philox offset)."""
     out, lse = _sdpa_flash_cpu(ctx, q, k, v, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
-    return out, _fit_logsumexp(ctx, lse, 1), _zeros_like_traced(ctx, 2), _zeros_like_traced(ctx, 3)
+    return out, _fit_logsumexp(ctx, lse, 1), _traced_zeros(ctx, 2), _traced_zeros(ctx, 3)
 
 
 @converts(aten._scaled_dot_product_efficient_attention_backward.default)
@@ -202,18 +193,16 @@ def _sdpa_efficient_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tens
                              attn_bias: Tensor | None, out: Tensor, logsumexp: Tensor, philox_seed: Tensor,
                              philox_offset: Tensor, dropout_p: float, grad_input_mask: Any,
                              is_causal: bool = False, *, scale: Any = None) -> tuple[Tensor | None, ...]:
-    mask = [bool(m) for m in grad_input_mask]
-    dq, dk, dv, db = _backward(ctx, go, q, k, v, attn_bias, dropout_p, is_causal, scale,
-                               bias_grad=len(mask) > 3 and mask[3] and len(ctx.out_types) > 3
-                               and ctx.out_types[3] is not None)
-    return dq, dk, dv, db
+    traced = len(ctx.out_types) > 3 and ctx.out_types[3] is not None  # the bias gradient, when asked for
+    wanted = traced and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
+    return _backward(ctx, go, q, k, v, attn_bias, dropout_p, is_causal, scale, bias_grad=wanted)
 
 
 def _seq_outputs(ctx: ConvertContext, q: Tensor, k: Tensor) -> tuple[Any, ...]:
     """(cum_seq_q, cum_seq_k, max_q, max_k, rng state, unused, debug mask) of the flash and cuDNN kernels."""
     max_q, max_k = _static(q.shape[-2:-1] + k.shape[-2:-1], "the attention sequence lengths")
-    return (_zeros_like_traced(ctx, 2), _zeros_like_traced(ctx, 3), max_q, max_k, _zeros_like_traced(ctx, 6),
-            _zeros_like_traced(ctx, 7), _zeros_like_traced(ctx, 8))
+    return (_traced_zeros(ctx, 2), _traced_zeros(ctx, 3), max_q, max_k, _traced_zeros(ctx, 6),
+            _traced_zeros(ctx, 7), _traced_zeros(ctx, 8))
 
 
 @converts(aten._scaled_dot_product_flash_attention.default)

@@ -72,13 +72,13 @@ def _place(ctx: ConvertContext, t: Tensor, rank: int) -> Tensor:
     return ctx.g.expand_dims(t, axes=list(range(1, rank - 1))) if rank > 2 else t
 
 
-def _empty(ctx: ConvertContext, i: int) -> Tensor:
-    """Output ``i`` of an ATen op that computed nothing there (e.g. no saved statistics): zeros of its traced type
-    (empty on the CPU; CUDA kernels may trace a (C,) shape)."""
+def _traced_zeros(ctx: ConvertContext, i: int) -> Tensor | None:
+    """Zeros of output ``i``'s traced type, for outputs an ATen op fills with nothing useful (unused statistics,
+    random-number state, debug masks); None for an output traced as no tensor."""
     t = ctx.out_types[i] if i < len(ctx.out_types) else None
     if t is None:
-        raise Unsupported("an untraced type for an unused statistics output")
-    return ctx.g.constant(torch.zeros(_static(t.shape, "an unused statistics output"), dtype=t.dtype.torch_dtype))
+        return None
+    return ctx.g.constant(torch.zeros(_static(t.shape, "an unused output"), dtype=t.dtype.torch_dtype))
 
 
 def _unbatched(ctx: ConvertContext, x: Tensor, rank: int) -> tuple[Tensor, bool]:
@@ -445,9 +445,12 @@ def _batch_norm_inference(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: T
     y = g.batch_norm(x, running_mean, running_var, w, b, training=False, epsilon=float(eps)).output
     t = ctx.out_types[1] if len(ctx.out_types) > 1 else None
     if t is not None and t.shape != (0,):  # CUDA returns the running statistics there, which its backward reads
-        invstd = g.rsqrt(g.add(_cast(ctx, running_var, t.dtype), float(eps)))
-        return y, _cast(ctx, running_mean, t.dtype), _cast(ctx, invstd, _want(ctx, 2, t.dtype))
-    return y, _empty(ctx, 1), _empty(ctx, 2)
+        rstd = g.rsqrt(g.add(_cast(ctx, running_var, t.dtype), float(eps)))
+        return y, _cast(ctx, running_mean, t.dtype), _cast(ctx, rstd, _want(ctx, 2, t.dtype))
+    unused = _traced_zeros(ctx, 1), _traced_zeros(ctx, 2)
+    if unused[0] is None or unused[1] is None:
+        raise Unsupported("batch norm statistics traced as no tensors")
+    return y, unused[0], unused[1]
 
 
 @converts(aten._native_batch_norm_legit_no_training.default)
