@@ -124,3 +124,24 @@ def test_a_non_contiguous_out_buffer_is_refused() -> None:
     args = [torch.randn(4, 4) if t is x else t.op.payload for t in inputs]
     with pytest.raises(og.ExecutionError, match="contiguous"):
         kernel(*args, out=[torch.empty(4, 4).t()])
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16])
+def test_scalar_constants_are_written_into_the_kernel(dtype: og.DType) -> None:
+    # 0.1 rounded to the constant's dtype, inf, NaN (fmax ignores it, maximum_with_nan_propagation keeps it),
+    # an int and a bool constant: folded into the source, no load per element, same values as unfused
+    g = og.Graph()
+    x = g.placeholder((6, 5), dtype, name="x")
+    inf, nan = g.constant(float("inf"), dtype), g.constant(float("nan"), dtype)
+    k, on = g.constant(3, og.int32), g.constant(True, og.bool)
+    a = g.maximum(g.minimum(x * 0.1, inf), nan) + g.cast(k, dtype)
+    y = g.select(on, a, g.maximum_with_nan_propagation(a, nan), name="y")
+    feeds = {x: x.type}
+    fused = g.compile(feeds, [y], device="cpu", descriptor=FUSED)
+    plain = g.compile(feeds, [y], device="cpu", descriptor=PLAIN)
+    (kernel,) = [kk for kk in fused.kernels() if kk.op == "fused_region"]
+    source = kernel.source or ""
+    assert 'float("inf")' in source and 'float("nan")' in source and "True" in source
+    assert source.count("tl.load(") == 1, source  # only x
+    xs = [torch.randn(6, 5).to(dtype.torch_dtype)]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0], equal_nan=True)

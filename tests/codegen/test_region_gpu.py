@@ -87,6 +87,36 @@ def test_split_reduction_replays_in_a_cuda_graph(case: str) -> None:
             torch.testing.assert_close(got, plain.run(static)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("split", [4, 8])
+@pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "variance", "rms_norm", "mean_keep", "max"])
+def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None:
+    """Split rows at one barrier (softmax: per-chunk max and rescaled sums; variance: per-chunk sums merged
+    with the counts) on rows that stress the merge: a NaN in one chunk, a chunk of -inf, a row of -inf, a
+    large offset (cancellation), a ragged last chunk."""
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.codegen.triton.region import Config
+
+    rows, width = 6, 50001
+    g = og.Graph()
+    x = g.placeholder((rows, width), og.float32)
+    w = g.placeholder((width,), og.float32)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    rblock = 1 << (-(-width // split) - 1).bit_length()
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=rblock, num_warps=4, split=split))
+    assert kernel.source.count("atomic_add(cnt") == 2, kernel.source  # one barrier and the reset count
+    xv = torch.randn(rows, width, device="cuda")
+    xv[1, 123] = float("nan")
+    xv[2, :rblock] = float("-inf")
+    xv[3] = float("-inf")
+    xv[4] += 1e4
+    xv[5, -7:] = 30.0
+    wv = torch.randn(width, device="cuda")
+    args = [xv if t is x else wv if t is w else t.op.payload.cuda() for t in ins]
+    plain = g.compile({x: x.type, w: w.type}, [y], device="cuda", descriptor=PLAIN)
+    torch.testing.assert_close(kernel(*args)[0], plain.run([xv, wv])[0], rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
 INJECTIVE: dict[str, Callable[..., og.Tensor]] = {
     "transpose_softmax": lambda g, x: g.softmax(g.transpose(x, (1, 0)) * 2.0, -1),
     "reshape_chain": lambda g, x: g.tanh(g.reshape(g.exp(x * 0.1), (-1, 4)) + 1.0),

@@ -69,14 +69,26 @@ class Executable:
         # fast path: exact static sizes, compared as torch.Size (None: a dynamic dim, take the slow path)
         self._fast = [(dt, torch.Size(shape) if all(d is not None for d in shape) else None)  # type: ignore[arg-type]
                       for dt, shape in self._checks]
+        # ... and the device as ``Tensor.get_device()`` gives it (no torch.device built per input); None: MPS
+        self._device_index = {"cuda": device.index, "cpu": -1}.get(device.kind)
+
+    @property
+    def cuda_graph_status(self) -> str:
+        """Whether runs replay a CUDA graph: "on", "pending (...)" (captured on the next run) or "off: why"."""
+        return self._cuda_graph_status
+
+    @cuda_graph_status.setter
+    def cuda_graph_status(self, value: str) -> None:
+        self._cuda_graph_status = value
+        self._capture_pending = value.startswith("pending")  # read by every run: a flag, not a string match
 
     # ---- running ---------------------------------------------------------------------------
     def _prepare(self, inputs: Sequence[Any]) -> Sequence[torch.Tensor]:
-        if len(inputs) == len(self._fast):
-            dev = self._torch_device
+        index = self._device_index
+        if len(inputs) == len(self._fast) and index is not None:
             for v, (dt, size) in zip(inputs, self._fast):  # noqa: B905 (lengths checked; hot path)
                 if (type(v) is not torch.Tensor and type(v) is not _PARAMETER) or v.dtype is not dt \
-                        or v.shape != size or v.device != dev:
+                        or v.shape != size or v.get_device() != index:
                     break
             else:
                 return inputs
@@ -103,15 +115,16 @@ class Executable:
         """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
         args = self._prepare(inputs)
         try:
-            capturing = self.cuda_graph_status.startswith("pending")
-            if capturing:
+            graph = self._cuda_graph
+            if self._capture_pending:  # the capture's own run is a plain replay (no timed trial)
                 self._try_capture(args)
-            if self._cuda_graph is not None:
-                if self._trial is not None and not capturing:  # the capture's own run is a plain replay
-                    return self._timed_trial(args)
-                out = self._cuda_graph.replay(args)
-                return out if out is not None else self._recapture(args)
-            return self._fn(*args)
+                graph = self._cuda_graph
+            elif graph is not None and self._trial is not None:
+                return self._timed_trial(args)
+            if graph is None:
+                return self._fn(*args)
+            out = graph.replay(args)
+            return out if out is not None else self._recapture(args)
         except OpgraphError:
             raise
         except Exception as e:  # a kernel failed: name the op it ran for

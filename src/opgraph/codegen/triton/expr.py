@@ -201,10 +201,9 @@ def _minmax(pick: str, *, propagate: bool) -> Expr:
             return f"tl.where({x} {pick} {y}, {x}, {y})"
         if not ctx.is_float:
             raise NotExpressible(f"not generated for {ctx.dtype.name}")
-        plain = f"tl.where(({x} {pick} {y}) | ({x} == {y}), {x}, {y})"
-        if propagate:
-            return f"tl.where({x} != {x}, {x}, tl.where({y} != {y}, {y}, {plain}))"
-        return f"tl.where({x} != {x}, {y}, tl.where({y} != {y}, {x}, {plain}))"
+        # ties give x; a NaN x fails the comparison, so one test of the NaN that should win is enough
+        nan = x if propagate else y
+        return f"tl.where(({x} {pick}= {y}) | ({nan} != {nan}), {x}, {y})"
 
     return expr
 

@@ -15,7 +15,7 @@ from .expr import EXPRESSIONS, NotExpressible
 from .indexing import INDEX_RULES
 from .kernel import region_kernel
 from .reductions import REDUCTIONS
-from .region import RegionEmitter
+from .region import RegionEmitter, inlinable_scalar
 
 
 def can_fuse(op: Operation) -> bool:
@@ -50,7 +50,9 @@ def can_emit(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequen
 
 def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     ops, inputs, outputs = region_graph(ctx.attrs, ctx.in_types)
-    kernel = region_kernel(ops, inputs, outputs)
+    scalars = {i: v for i, (value, t) in enumerate(zip(ctx.constants, ctx.in_types, strict=False))
+               if (v := inlinable_scalar(value, t.dtype)) is not None}
+    kernel = region_kernel(ops, inputs, outputs, scalars=scalars)
     device = ctx.device
     if len(outputs) == 1:
         def one(*xs: Any, out: Any = None) -> Any:

@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,10 +227,12 @@ class RegionKernel:
 
 
 def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
-                  config: Config | None = None, cache_dir: Path | None = None, strided: bool = False) -> RegionKernel:
+                  config: Config | None = None, cache_dir: Path | None = None, strided: bool = False,
+                  scalars: Mapping[int, float | int | bool] | None = None) -> RegionKernel:
     """Emit the kernel of a region (loaded on its first launch). The kernel reads contiguous inputs; given a
-    non-contiguous one it switches to a variant reading inputs at their strides (no copies)."""
-    em = RegionEmitter(ops, inputs, outputs, config, strided=strided)
+    non-contiguous one it switches to a variant reading inputs at their strides (no copies). ``scalars``: the
+    values of one-element constant inputs, written into the source (the kernel still takes them as arguments)."""
+    em = RegionEmitter(ops, inputs, outputs, config, strided=strided, scalars=scalars)
     source = em.source()
     number = {id(t): k for k, t in enumerate(em.values)}
     kernel = RegionKernel(
@@ -240,11 +242,12 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
         tuple((op.op, op.attrs, tuple(number[id(t)] for t in op.inputs)) for op in ops),
         tuple(t.type for t in em.values), tuple(number[id(t)] for t in outputs), em.inplace_ok(), cache_dir)
     if not strided:
-        kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir, strided=True)
+        kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
+                                               strided=True, scalars=scalars)
         others = candidate_configs(em)[1:] if config is None else []
         if others:
-            kernel.alternatives = lambda: [region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir)
-                                           for c in others]
+            kernel.alternatives = lambda: [region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir,
+                                                         scalars=scalars) for c in others]
     return kernel
 
 

@@ -104,6 +104,8 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
     kernel; one pass over memory in a looped one, with sums shifted by the row's first element (which keeps
     the cancellation of E[x^2] - E[x]^2 to the spread of the row, not its offset)."""
     n = em.reduced_count()
+    if em.config.split > 1:  # one barrier instead of two (mean, then squares about it)
+        return em.split_moments(op, _element(em, op), ct)
     if em.config.looped:
         shift = em.value(op.inputs[0], em.row_start())
         d = lambda v: f"({v} - {shift})"  # noqa: E731
@@ -165,6 +167,8 @@ def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     ct = _float_input(op)
     if em.config.looped:  # one pass over memory instead of two
         return em.online_softmax(op, _element(em, op), ct)
+    if em.config.split > 1:  # one barrier instead of two (max, then the sum)
+        return em.split_softmax(op, _element(em, op), ct)
     (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
     (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
     return m, s

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from ...core.dtype import DType
 from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
@@ -75,8 +78,10 @@ class RegionEmitter:
     scope: _Scope
 
     def __init__(self, ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor],
-                 config: Config | None = None, strided: bool = False) -> None:
+                 config: Config | None = None, strided: bool = False,
+                 scalars: Mapping[int, float | int | bool] | None = None) -> None:
         self.strided = strided  # inputs at strides given at launch; else contiguous (sizes give the strides)
+        self.scalars = dict(scalars or {})  # input number -> its value, written into the source (no load)
         if not outputs:
             raise GraphError("a kernel needs at least one output")
         self.ops, self.inputs, self.outputs = list(ops), list(inputs), list(outputs)
@@ -260,6 +265,11 @@ class RegionEmitter:
 
     def _load(self, t: Tensor, index: Index) -> str:
         i = self.input_no[id(t)]
+        if i in self.scalars:  # a constant's one element: a splat the compiler folds (no load per element)
+            name = self.fresh("c")
+            self.emit(f"{name} = tl.full([{self.tile(False)}], {_literal(self.scalars[i])}, {compute_type(t.dtype)})")
+            self.xdep.add(name)
+            return name
         self.loaded_at.setdefault(i, set()).add(self._relative(t, index))
         terms = []
         if not self.strided:
@@ -380,14 +390,22 @@ class RegionEmitter:
         return names
 
     def _meet(self, partials: list[str], parts: list[tuple[str, Callable[[Index], str], str]]) -> list[str]:
-        """Combine the partial statistics of the programs sharing a row: each writes its partials to the
-        workspace, counts itself in at the row's barrier and waits for the others (they are resident: the
-        grid is dispatched in order and a row's programs are consecutive), then reduces all partials."""
-        split, nparts = self.config.split, len(parts)
+        """The row's statistics from the partials of the programs sharing it (one barrier)."""
+        tiles = self._exchange(partials)
+        return [self._reduce_tile(kind, every, ct) for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
+
+    def _exchange(self, partials: list[str]) -> list[str]:
+        """Each program's row partials ([XBLOCK, 1]) as [XBLOCK, split] tiles of every program of the row: each
+        writes its partials to the workspace, counts itself in at the row's barrier and waits for the others
+        (they are resident: the grid is dispatched in order and a row's programs are consecutive)."""
+        split = self.config.split
         group = self.barriers
         self.barriers += 1
+        if len(partials) > WS_PARTS or self.barriers > MAX_BARRIERS:
+            raise NotExpressible("too many statistics for a split reduction")
+        base = f"ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split}"
         slot = self.fresh("ws")
-        self.emit(f"{slot} = ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split} + part")
+        self.emit(f"{slot} = {base} + part")
         for k, p in enumerate(partials):
             self.emit(f"tl.store({slot} + {k * split} + tl.zeros([XBLOCK, 1], tl.int32), {p}.to(tl.float32))")
         counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
@@ -396,15 +414,57 @@ class RegionEmitter:
         self.emit(f"while tl.load({counter}, volatile=True) < {split}:")  # plain L2 reads: no atomic traffic
         self.emit("    pass")
         out = []
-        base = f"ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split}"
-        for k, (kind, _, ct) in enumerate(parts):
+        for k in range(len(partials)):
             every = self.fresh("all")
             self.emit(f"{every} = tl.load({base} + {k * split} + tl.arange(0, {split})[None, :], "
                       f"cache_modifier=\".cg\")")
-            out.append(self._reduce_tile(kind, every, ct))
-        if nparts > WS_PARTS or self.barriers > MAX_BARRIERS:
-            raise NotExpressible("too many statistics for a split reduction")
+            out.append(every)
         return out
+
+    def split_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
+        """Row max ``m`` and ``sum(exp(v - m))`` of a split row at one barrier: each program reduces its chunk
+        against its own max, and the sums are rescaled to the row's max when they meet."""
+        memo_key = ("stats", id(op), "split-online")
+        found = self.top.memo.get(memo_key)
+        if found is not None:
+            m, s = found.split(",")
+            return m, s
+        mask, ninf = self.scope.mask, 'float("-inf")'
+        v = self.bind(fn(self.domain_index()), "o")
+        pm = self._reduce_tile("max", f"tl.where({mask} & ({v} == {v}), {v}, {ninf})", ct)
+        # a chunk with nothing above -inf adds 0; a NaN element makes the sum (and the row) NaN, as unfused
+        term = f"tl.where({v} != {v}, {v}, tl.where({pm} == {ninf}, 0.0, tl.exp({v} - {pm})))"
+        ps = self._reduce_tile("sum", f"tl.where({mask}, {term}, 0.0)", ct)
+        all_m, all_s = self._exchange([pm, ps])
+        m = self._reduce_tile("max", all_m, ct)
+        rescaled = f"tl.where({all_m} == {ninf}, 0.0, {all_s} * tl.exp({all_m} - {m}))"
+        scaled = f"tl.where({all_s} != {all_s}, {all_s}, {rescaled})"
+        s = self._reduce_tile("sum", scaled, ct)
+        self.top.memo[memo_key] = f"{m},{s}"
+        return m, s
+
+    def split_moments(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
+        """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
+        squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
+        memo_key = ("stats", id(op), "split-moments")
+        found = self.top.memo.get(memo_key)
+        if found is not None:
+            mean, var = found.split(",")
+            return mean, var
+        n, mask = self.reduced_count(), self.scope.mask
+        count = "tl.minimum(tl.maximum({n} - {q} * RBLOCK, 0), RBLOCK).to({ct})"
+        v = self.bind(fn(self.domain_index()), "o")
+        s1 = self._reduce_tile("sum", f"tl.where({mask}, {v}, 0.0)", ct)
+        own = self.bind(f"{s1} / tl.maximum({count.format(n=n, q='part', ct=ct)}, 1.0)", "pm")
+        q2 = self._reduce_tile("sum", f"tl.where({mask}, ({v} - {own}) * ({v} - {own}), 0.0)", ct)
+        all1, all2 = self._exchange([s1, q2])
+        counts = self.bind(count.format(n=n, q=f"tl.arange(0, {self.config.split})[None, :]", ct=ct), "cn")
+        mean = self.bind(f"{self._reduce_tile('sum', all1, ct)} / {n}", "mean")
+        means = self.bind(f"{all1} / tl.maximum({counts}, 1.0)", "pms")
+        spread = f"{all2} + {counts} * ({means} - {mean}) * ({means} - {mean})"
+        var = self.bind(f"{self._reduce_tile('sum', spread, ct)} / {n}", "var")
+        self.top.memo[memo_key] = f"{mean},{var}"
+        return mean, var
 
     def online_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
         """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
@@ -632,6 +692,27 @@ def generated(op: Operation) -> bool:
     kind = op.op.fusion
     return (kind is FusionKind.ELEMENTWISE or (kind is FusionKind.INJECTIVE and op.op in ix.INDEX_RULES)
             or (kind is FusionKind.REDUCTION and op.op in REDUCTIONS))
+
+
+def _literal(v: float | int | bool) -> str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return f'float("{v}")'
+    return repr(v)
+
+
+def inlinable_scalar(value: torch.Tensor | None, dt: DType) -> float | int | bool | None:
+    """The Python value of a one-element constant that a kernel may write into its source, else None: floats
+    of at most 32 bits (held in float32, where Triton keeps a literal exactly), bools and int32-range ints."""
+    if value is None or value.numel() != 1 or value.is_complex():
+        return None
+    v = value.reshape(()).item()
+    if dt.is_floating and dt.bits <= 32:
+        return float(v)
+    if dt.name == "bool":
+        return bool(v)
+    if dt.name in ("int8", "int16", "int32", "uint8") and -2**31 <= int(v) < 2**31:
+        return int(v)
+    return None
 
 
 def _combine(kind: str, acc: str, v: str) -> str:
