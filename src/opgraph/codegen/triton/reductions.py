@@ -167,8 +167,8 @@ def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     ct = _float_input(op)
     if em.config.looped:  # one pass over memory instead of two
         return em.online_softmax(op, _element(em, op), ct)
-    if em.config.split > 1:  # one barrier instead of two (max, then the sum)
-        return em.split_softmax(op, _element(em, op), ct)
+    # split rows too meet twice (max, then sums): per-chunk maxima at one barrier cost a second exp per
+    # element and measured slower (H200, 256x262144 float32: 0.206 against 0.188 ms)
     (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
     (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
     return m, s

@@ -421,28 +421,6 @@ class RegionEmitter:
             out.append(every)
         return out
 
-    def split_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
-        """Row max ``m`` and ``sum(exp(v - m))`` of a split row at one barrier: each program reduces its chunk
-        against its own max, and the sums are rescaled to the row's max when they meet."""
-        memo_key = ("stats", id(op), "split-online")
-        found = self.top.memo.get(memo_key)
-        if found is not None:
-            m, s = found.split(",")
-            return m, s
-        mask, ninf = self.scope.mask, 'float("-inf")'
-        v = self.bind(fn(self.domain_index()), "o")
-        pm = self._reduce_tile("max", f"tl.where({mask} & ({v} == {v}), {v}, {ninf})", ct)
-        # a chunk with nothing above -inf adds 0; a NaN element makes the sum (and the row) NaN, as unfused
-        term = f"tl.where({v} != {v}, {v}, tl.where({pm} == {ninf}, 0.0, tl.exp({v} - {pm})))"
-        ps = self._reduce_tile("sum", f"tl.where({mask}, {term}, 0.0)", ct)
-        all_m, all_s = self._exchange([pm, ps])
-        m = self._reduce_tile("max", all_m, ct)
-        rescaled = f"tl.where({all_m} == {ninf}, 0.0, {all_s} * tl.exp({all_m} - {m}))"
-        scaled = f"tl.where({all_s} != {all_s}, {all_s}, {rescaled})"
-        s = self._reduce_tile("sum", scaled, ct)
-        self.top.memo[memo_key] = f"{m},{s}"
-        return m, s
-
     def split_moments(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
         """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
         squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
