@@ -1,0 +1,109 @@
+"""Launch configurations of one fused normalisation kernel, timed against each other and the copy bandwidth in
+the same run: the tool behind the rules of thumb in ``codegen/triton/region.py``'s ``candidate_configs``.
+
+For each ``--ops`` x ``--dtypes`` on (``--mib`` MiB / width, width) matrices of each ``--widths``, the region
+of ``benchmarks/fusion.py``'s norm case is emitted with every configuration worth trying: rows held in
+registers (persistent, widths up to ``PERSISTENT_MAX``), walked in steps (looped), and split across programs
+that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps). Times are device time with a cold L2,
+measured as fusion.py measures them; ``of copy`` = bytes read + written / time / copy bandwidth. The first
+configuration's result is the reference: every other must agree within 1e-3 (relative to the largest value).
+
+    python benchmarks/reduction_configs.py                                 # 262144-wide rows, softmax/norms
+    python benchmarks/reduction_configs.py --ops softmax --dtypes bfloat16 --widths 32768,262144
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import opgraph as og
+from opgraph.cli._table import format_table
+from opgraph.codegen.triton.kernel import region_kernel, region_of
+from opgraph.codegen.triton.region import PERSISTENT_MAX, Config
+
+_spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
+assert _spec is not None and _spec.loader is not None
+fusion = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fusion
+_spec.loader.exec_module(fusion)
+
+
+def configs(width: int, chunks: list[int]) -> list[Config]:
+    out = [Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)]
+    if width <= PERSISTENT_MAX:
+        rblock = 1 << (width - 1).bit_length()
+        out += [Config(reduction=True, xblock=1, rblock=rblock, num_warps=w) for w in (4, 8, 16, 32)
+                if 4 <= rblock // (32 * w) <= 64]
+    for chunk in chunks:
+        split = -(-width // chunk)
+        if split < 2 or split & (split - 1):
+            continue
+        out += [Config(reduction=True, xblock=1, rblock=chunk, num_warps=w, split=split) for w in (4, 8, 16)
+                if 8 <= chunk // (32 * w) <= 128]
+    return out
+
+
+def describe(c: Config) -> str:
+    kind = "looped" if c.looped else f"split {c.split}" if c.split > 1 else "persistent"
+    return f"{kind}, {c.rblock} a program, {c.num_warps} warps"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", default="softmax,layer_norm,rms_norm", help=f"of {', '.join(fusion.NORMS)}")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="of float32, bfloat16")
+    p.add_argument("--widths", default="262144", help="row widths (powers of two)")
+    p.add_argument("--chunks", default="4096,8192,16384,32768", help="split: elements a program holds")
+    p.add_argument("--mib", type=float, default=256, help="MiB of each input matrix")
+    p.add_argument("--repeats", type=int, default=15, help="timed calls of each configuration")
+    p.add_argument("--top", type=int, default=6, help="rows printed per case (fastest first)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device: split configurations wait at barriers that the interpreter cannot run")
+    dev = og.device("cuda")
+    ctx = fusion.Ctx(dev, False, int(args.mib * 2**20), 2**30, (), 2, args.repeats, 0, 0, "")
+    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
+    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
+    chunks = [int(c) for c in args.chunks.split(",")]
+    for op in args.ops.split(","):
+        nparams, build, _ = fusion.NORMS[op]
+        for dtype in args.dtypes.split(","):
+            ogt, tt = fusion.DTYPES[dtype]
+            for width in (int(w) for w in args.widths.split(",")):
+                rows = max(1, ctx.nbytes // (width * tt.itemsize))
+                g = og.Graph()
+                x = g.placeholder((rows, width), ogt)
+                params = [g.placeholder((width,), ogt) for _ in range(nparams)]
+                y = build(g, x, *params)
+                ops, ins = region_of([y])
+                values: dict[int, torch.Tensor] = {id(x): torch.randn(rows, width, device="cuda").to(tt)}
+                values.update({id(w): torch.randn(width, device="cuda").to(tt) for w in params})
+                feed = [values[id(t)] if id(t) in values else t.op.payload.cuda() for t in ins]
+                results: list[tuple[float, Config, float]] = []
+                reference: torch.Tensor | None = None
+                for c in configs(width, chunks):
+                    kernel = region_kernel(ops, ins, [y], config=c)
+                    out = kernel(*feed)[0].float()
+                    reference = out if reference is None else reference
+                    err = float((out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+                    ms = fusion.measure({"k": lambda k=kernel, f=feed: k(*f)}, dev, 2, args.repeats)["k"]
+                    results.append((sorted(ms)[len(ms) // 2], c, err))
+                    print(f"  {op} {dtype} {width}: {describe(c)}", file=sys.stderr, flush=True)
+                nbytes = 2 * rows * width * tt.itemsize
+                results.sort(key=lambda r: r[0])
+                table: list[list[Any]] = [[describe(c), f"{ms:.3f}", f"{nbytes / ms / 1e6 / copy:.2f}",
+                                           f"{err:.1e}", "ok" if err <= 1e-3 else "FAIL"]
+                                          for ms, c, err in results[:args.top]]
+                print(f"\n== {op} {dtype} {rows}x{width}")
+                print(format_table(["configuration", "ms", "of copy", "max rel. diff", "check"], table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
