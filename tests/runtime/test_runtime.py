@@ -306,3 +306,25 @@ def test_a_view_of_a_variable_returned_as_output_is_a_copy() -> None:
     (r,) = g.run({}, [g.reshape(w, (2, 2))])
     r += 1  # the caller owns the result: the variable must not change
     assert g.variable_value(w).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_interpreter_asked_for_after_triton_was_imported_for_a_gpu_is_refused_clearly() -> None:
+    # a fresh process: Triton imported without TRITON_INTERPRET (as torch.compile does), then a fused
+    # compile with triton_interpret=True must say why it cannot work instead of failing inside a kernel
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import triton, opgraph as og\n"
+        "g = og.Graph(); x = g.placeholder((4,), og.float32)\n"
+        "try:\n"
+        "    g.compile({x: x.type}, [g.exp(x) * 2.0], device='cpu',\n"
+        "              descriptor=og.CompilationDescriptor(fusion=True, triton_interpret=True))\n"
+        "except og.DeviceError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "refused:" in out.stdout and "TRITON_INTERPRET=1" in out.stdout, out.stdout + out.stderr

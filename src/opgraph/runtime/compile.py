@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.errors import FeedError, GraphError
+from ..core.errors import DeviceError, FeedError, GraphError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor, infer_types
 from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
@@ -124,6 +125,19 @@ def select_and_specialize(graph: GraphCore, feeds: Mapping[Tensor, TensorType], 
     return rewrite(roots, specialize)  # type: ignore[arg-type]
 
 
+def _check_interpreter_possible() -> None:
+    """Triton decides at import whether its own library functions (tl.sum, tl.max ...) are interpreted: once
+    imported for a GPU (torch.compile imports it), kernels cannot switch to the interpreter in this process."""
+    triton = sys.modules.get("triton")
+    if triton is None:
+        return
+    library_fn = getattr(getattr(triton, "language", None), "sum", None)
+    if library_fn is not None and type(library_fn).__name__ != "InterpretedFunction":
+        raise DeviceError("CompilationDescriptor(triton_interpret=True): Triton was imported before the "
+                          "interpreter was asked for (torch.compile imports it), so its library functions are "
+                          "compiled for a GPU; set TRITON_INTERPRET=1 in the environment before starting Python")
+
+
 def optimize(program: Program, descriptor: CompilationDescriptor,
              device_kind: str = "cpu") -> tuple[Program, list[PassRecord]]:
     log: list[PassRecord] = []
@@ -137,6 +151,7 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         passes.append(Pass("fuse_matmul_epilogues", fuse_matmul_epilogues))  # before region formation
     if fusing:
         if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
+            _check_interpreter_possible()
             os.environ["TRITON_INTERPRET"] = "1"
         from ..codegen.triton.fused import can_emit, can_fuse, reduced_axes
         from ..passes.fuse import fuse_regions
