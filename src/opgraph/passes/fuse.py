@@ -13,6 +13,9 @@ outside readers would come first), (3) none of its other inputs depends on that 
 axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
 region, so no work is duplicated. Views at a region's end are left to PyTorch (free there), and a
 region needs two computing ops, or a normalisation (softmax, norms), to be worth a kernel.
+
+Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
+(group_norm, softmax_cross_entropy) are rewritten, so they fuse too (only here: with fusion on).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor, infer_types
 from ..ir.opdef import FusionKind, OpDef, op_by_name
 from ..ops.registry import attrs
+from .decompose import decompose_for_fusion
 from .program import Program
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
@@ -101,13 +105,17 @@ def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], t
 
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
-                 can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None) -> Program:
+                 can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
+                 decompose: bool = True) -> Program:
     """Replace each region of connected fusable ops (two or more that compute) by one ``fused_region`` op.
 
     ``can_fuse(op)``: the code generator can write the op (elementwise, injective or reduction, at its dtypes);
     ``reduced_axes(op)``: the input axes a reduction op reduces; ``can_emit(ops, inputs, outputs)``: a formed
-    region's kernel can be written (a region that cannot is left unfused).
+    region's kernel can be written (a region that cannot is left unfused). ``decompose``: first rewrite the ops
+    the generator refuses but ``passes.decompose`` can write with ops it accepts (group_norm, cross entropy).
     """
+    if decompose:
+        program = decompose_for_fusion(program, can_fuse)
     ops = program.graph.ops
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []

@@ -1,0 +1,298 @@
+"""Decompositions for fusion: reductions the region generator has no recipe for, rewritten into ops it has.
+
+Runs at the start of region formation (``fuse_regions``), so only when fusion is on, after autodiff. An op is
+decomposed only where the generator cannot write it as is (``can_fuse`` refuses it) and the shapes the
+decomposition needs are static; otherwise it is left for its own lowering.
+
+* ``group_norm(x (N, C, *spatial))``: ``x`` seen as ``(N, G, C/G, S)`` (``S`` the spatial size) is a
+  ``layer_norm`` over its last two axes; the affine parameters, reshaped to ``(G, C/G, 1)``, broadcast into that
+  domain, so normalisation and affine are one region, and the reshapes at both ends are views. Elementwise ops
+  that follow it one by one (SiLU, a per-channel scale and shift, a residual add) are computed in that layout
+  too, their other operands reshaped to it, so they join the region; the last one's result is reshaped back.
+* ``softmax_cross_entropy(logits, labels)``: ``-sum(w * log_softmax(logits))`` over the class axis, with
+  ``w`` the (smoothed) one-hot of class-index labels, written ``select(coordinate == label, ...)``, or the
+  (smoothed) probability labels; one region over the logits' shape, then the batch ``reduce_mean``/``reduce_sum``.
+
+16-bit inputs compute in float32 and round once at the end, as the ops' own lowerings do. A region grows from
+the producers of an op (``passes.fuse``), so a value that no op of the region produces (the class coordinates,
+16-bit labels before their cast) is *tied* to the region with ``broadcast_like(value, region value)``, an index
+rule that moves nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..core.dtype import DType, float32, int64
+from ..core.types import TensorType
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.opdef import FusionKind, OpDef
+from ..ir.sources import CONSTANT
+from ..ops import elementwise as ew
+from ..ops import gradient_support as gs
+from ..ops import nn, norm, reduce, shape, unary
+from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
+from .program import Program, rewrite
+
+
+class _Builder:
+    """Adds the ops of one decomposition to the new graph, named after the op they replace (``gn.grouped``)
+    with names no op of the old graph has, so the ops copied after it keep theirs."""
+
+    def __init__(self, g: GraphCore, base: str, taken: set[str]) -> None:
+        self.g, self.base, self.taken = g, base, taken
+
+    def _name(self, part: str) -> str:
+        name, k = f"{self.base}.{part}", 1
+        while name in self.taken or name in self.g._names:
+            k += 1
+            name = f"{self.base}.{part}{k}"
+        return name
+
+    def op(self, op: OpDef, ins: Sequence[Tensor], attrs: Any = None, *, part: str = "", last: bool = False) -> Tensor:
+        """``part`` names the op (default: its op name); ``last``: the op standing for the decomposed one, which
+        takes its name."""
+        return self.g._add_op(op, ins, attrs, self.base if last else self._name(part or op.name)).outputs[0]
+
+    def constant(self, value: torch.Tensor, part: str = "constant") -> Tensor:
+        return self.g._add_op(CONSTANT, [], None, self._name(part), payload=value).outputs[0]
+
+    def scalar(self, value: float, dtype: DType) -> Tensor:
+        return self.constant(torch.tensor(value, dtype=dtype.torch_dtype))
+
+    def cast(self, t: Tensor, dtype: DType, *, last: bool = False) -> Tensor:
+        return t if t.dtype is dtype else self.op(ew.CAST, [t], ew.CastAttrs(dtype), last=last)
+
+    def reshape(self, t: Tensor, to: Sequence[int | None], *, part: str = "", last: bool = False) -> Tensor:
+        """A reshape to ``to`` (one dynamic dim becomes -1)."""
+        return self.op(shape.RESHAPE, [t], shape.ReshapeAttrs(tuple(-1 if d is None else d for d in to)), part=part,
+                       last=last)
+
+    def tie(self, t: Tensor, anchor: Tensor) -> Tensor:
+        """``t`` read inside ``anchor``'s region (it broadcasts into ``anchor``'s shape)."""
+        return self.op(gs.BROADCAST_LIKE, [t, anchor])
+
+
+Decomposition = Callable[[_Builder, Operation, list[Tensor]], "list[Tensor] | None"]
+
+
+def _compute_dtype(dt: DType) -> DType:
+    return float32 if dt.bits < 32 else dt
+
+
+def _real_float(dt: DType) -> bool:
+    return dt.is_floating and not dt.is_complex
+
+
+# ---- group_norm ----------------------------------------------------------------------------------------
+def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor | None:
+    """group_norm's result in the grouped layout ``(N, G, C/G[, S])``, or None where it does not apply."""
+    a: norm.GroupNormAttrs = op.attrs
+    x, *params = ins
+    if None in x.shape[1:] or 0 in x.shape or not _real_float(x.dtype) or any(None in p.shape for p in params):
+        return None  # the reshapes need the channel and spatial sizes (the batch may be dynamic)
+    c, tail = _channels_and_tail(x.shape)
+    groups = a.num_groups
+    per = c // groups
+    ct = _compute_dtype(x.dtype)
+    # reshaped before the cast: a region's values all fit its domain, the reduction's input (N, G, C/G[, S])
+    grouped = b.cast(b.reshape(x, (x.shape[0], groups, per, *tail), part="grouped"), ct)
+    y = b.op(norm.LAYER_NORM, [grouped], norm.LayerNormAttrs(tuple(range(2, grouped.rank)), a.epsilon),
+             part="normalised")
+    flags = iter(params)
+    for present, combine, what in ((a.has_gamma, ew.MULTIPLY, "gamma"), (a.has_beta, ew.ADD, "beta")):
+        if present:
+            p = next(flags)  # (), (1,) broadcast as they are; (C,) becomes (G, C/G[, 1]) against (N, G, C/G[, S])
+            placed = b.reshape(p, (groups, per, *(1 for _ in tail)), part=what) if p.shape == (c,) and c != 1 else p
+            y = b.op(combine, [y, b.cast(placed, ct)])
+    return b.cast(y, x.dtype)
+
+
+def _group_norm(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+    y = _group_norm_grouped(b, op, ins)
+    return None if y is None else [b.reshape(y, ins[0].shape, last=True)]
+
+
+def _channels_and_tail(shape: Sequence[int | None]) -> tuple[int, tuple[int, ...]]:
+    """The channel count and the grouped layout's trailing spatial dim (none without spatial dims)."""
+    c, *spatial = (int(d or 0) for d in shape[1:])
+    return c, ((math.prod(spatial),) if spatial else ())
+
+
+# ---- elementwise ops after group_norm: computed in the grouped layout, so they join its region -------------
+_COMMUTATIVE = (ew.ADD, ew.MULTIPLY, ew.MAXIMUM, ew.MINIMUM)
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    source: Tensor  # the value of the old graph it reads in the grouped layout
+    x: TensorType  # group_norm's input
+    groups: int
+    last: bool  # the end of the chain: its result is reshaped back
+
+
+def _placement(u: TensorType, x: TensorType, groups: int) -> tuple[int | None, ...] | str | None:
+    """How another operand of an elementwise op of x's shape enters the grouped layout: ``"as is"`` (a 0-d
+    value), ``"like"`` (x's shape: ``reshape_like`` the grouped value), the shape to reshape it to (it
+    broadcasts over channels or spatial dims), or None (it cannot)."""
+    if u.rank == 0:
+        return "as is"
+    if u.shape == x.shape and x.shape[0] is not None:
+        return "like"
+    if u.rank > x.rank:
+        return None
+    s = (1,) * (x.rank - u.rank) + u.shape
+    c, tail = _channels_and_tail(x.shape)
+    if (s[0] != 1 and (s[0] is None or s[0] != x.shape[0])) or s[1] not in (1, c):
+        return None
+    if all(d == 1 for d in s[2:]):
+        tail = tuple(1 for _ in tail)
+    elif s[2:] != x.shape[2:]:
+        return None
+    return (s[0], *((groups, c // groups) if s[1] != 1 else (1, 1)), *tail)
+
+
+def _epilogue_chain(op: Operation, readers: dict[int, list[Operation]], outputs: set[int]) -> dict[int, _Epilogue]:
+    """The elementwise ops that follow group_norm ``op`` one by one (each value read by the next only), each
+    with operands that fit the grouped layout, keyed by ``id(op)``."""
+    x, groups = op.inputs[0].type, op.attrs.num_groups
+    chain: list[tuple[Operation, Tensor]] = []
+    t = op.outputs[0]
+    while id(t) not in outputs:
+        found = {id(r): r for r in readers.get(id(t), [])}
+        if len(found) != 1:
+            break
+        (f,) = found.values()
+        if f.op.fusion is not FusionKind.ELEMENTWISE or len(f.outputs) != 1 or f.outputs[0].shape != x.shape:
+            break
+        first = next(k for k, u in enumerate(f.inputs) if u is t)
+        places = [_placement(u.type, x, groups) for u in f.inputs if u is not t]
+        reordered = any(isinstance(p, tuple) for p in places[:first])  # a reshaped operand before t: see below
+        if None in places or (reordered and f.op not in _COMMUTATIVE) or (reordered and len(f.inputs) != 2):
+            break
+        chain.append((f, t))
+        t = f.outputs[0]
+    return {id(f): _Epilogue(src, x, groups, k == len(chain) - 1) for k, (f, src) in enumerate(chain)}
+
+
+def _in_grouped_layout(b: _Builder, op: Operation, ins: list[Tensor], e: _Epilogue) -> Tensor:
+    ref = next(u for old, u in zip(op.inputs, ins, strict=True) if old is e.source)
+    args: list[Tensor] = []
+    swap = False
+    for old, u in zip(op.inputs, ins, strict=True):
+        place = "as is" if old is e.source else _placement(u.type, e.x, e.groups)
+        if place == "like":  # reads u in ref's region (its first input has none there)
+            u = b.op(shape.RESHAPE_LIKE, [u, ref])
+        elif isinstance(place, tuple):
+            u = b.reshape(u, place)
+            swap = swap or not args  # a region grows from an op's first joinable input: ref's region first
+        args.append(u)
+    if swap:  # a commutative binary op (``_epilogue_chain``)
+        args.reverse()
+    if not e.last:
+        return b.op(op.op, args, op.attrs, last=True)
+    return b.reshape(b.op(op.op, args, op.attrs, part="grouped"), e.x.shape, last=True)
+
+
+# ---- softmax_cross_entropy -----------------------------------------------------------------------------
+def _cross_entropy(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+    a: SoftmaxCrossEntropyAttrs = op.attrs
+    logits, labels = ins
+    ax, classes = a.axis, logits.shape[a.axis]
+    if classes is None or 0 in logits.shape or not _real_float(logits.dtype):
+        return None
+    ct = _compute_dtype(logits.dtype)
+    ls = float(a.label_smoothing)
+    lsm = b.op(nn.LOG_SOFTMAX, [b.cast(logits, ct)], nn.SoftmaxAttrs(ax))
+    if labels.dtype.is_floating:  # -sum(t' * lsm), t' = t (1 - ls) + ls / C, as F.cross_entropy smooths
+        t = b.cast(b.tie(labels, lsm), ct) if labels.dtype is not ct else labels
+        term = b.op(ew.MULTIPLY, [lsm, t])
+        if ls:
+            term = b.op(ew.ADD, [b.op(ew.MULTIPLY, [term, b.scalar(1.0 - ls, ct)]),
+                                 b.op(ew.MULTIPLY, [lsm, b.scalar(ls / classes, ct)])])
+    else:  # the label's log-probability (a select, so another class' -inf logit does not make 0 * -inf)
+        dt = labels.dtype if classes - 1 <= torch.iinfo(labels.dtype.torch_dtype).max else int64
+        view = [1] * logits.rank
+        view[ax] = classes
+        coord = b.tie(b.constant(torch.arange(classes, dtype=dt.torch_dtype).reshape(view), "classes"), lsm)
+        label = b.cast(b.op(shape.EXPAND_DIMS, [labels], shape.AxesAttrs((ax,)), part="label"), dt)
+        hit = b.op(ew.EQUAL, [coord, label])
+        if ls:
+            weight = b.op(ew.SELECT, [hit, b.scalar(1.0 - ls + ls / classes, ct), b.scalar(ls / classes, ct)])
+            term = b.op(ew.MULTIPLY, [lsm, weight])
+        else:
+            term = b.op(ew.SELECT, [hit, lsm, b.scalar(0.0, ct)])
+    # kept as (..., 1, ...): it broadcasts into the region's domain, so it is computed in the region
+    loss = b.op(unary.NEGATIVE, [b.op(reduce.REDUCE_SUM, [term], reduce.ReduceAttrs((ax,), keepdims=True))])
+    if a.reduction is LossReduction.NONE:
+        return [b.op(shape.SQUEEZE, [b.cast(loss, logits.dtype)], shape.AxesAttrs((ax,)), last=True)]
+    batch = reduce.REDUCE_MEAN if a.reduction is LossReduction.MEAN else reduce.REDUCE_SUM
+    total = b.op(batch, [loss], reduce.ReduceAttrs(tuple(range(logits.rank))), last=logits.dtype is ct)
+    return [b.cast(total, logits.dtype, last=True)]
+
+
+DECOMPOSITIONS: dict[OpDef, Decomposition] = {
+    norm.GROUP_NORM: _group_norm,
+    SOFTMAX_CROSS_ENTROPY: _cross_entropy,
+}
+
+
+def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool] | None = None) -> Program:
+    """``program`` with each op of ``DECOMPOSITIONS`` that ``can_fuse`` refuses (all, without it) rewritten into
+    ops the region generator writes; ops whose shapes do not allow it are kept. The program itself when
+    nothing is decomposed.
+
+    >>> import opgraph as og
+    >>> from opgraph.passes.program import Program
+    >>> g = og.Graph(); x = g.placeholder((2, 4, 3), og.float32, name="x")
+    >>> y = g.group_norm(x, 2, name="gn")
+    >>> out = decompose_for_fusion(Program(g, [x], [y], []))
+    >>> [o.op.name for o in out.graph.ops]
+    ['placeholder', 'reshape', 'layer_norm', 'reshape']
+    >>> out.outputs[0].name
+    'gn'
+    """
+    chosen = [o for o in program.graph.ops if o.op in DECOMPOSITIONS and (can_fuse is None or not can_fuse(o))]
+    if not chosen:
+        return program
+    ids = {id(o) for o in chosen}
+    taken = {o.name for o in program.graph.ops}
+    readers: dict[int, list[Operation]] = {}
+    for o in program.graph.ops:
+        for t in o.inputs:
+            readers.setdefault(id(t), []).append(o)
+    outputs = {id(t) for t in program.outputs}
+    epilogues: dict[int, _Epilogue] = {}
+    heads: set[int] = set()  # group_norm ops whose result stays in the grouped layout for the ops after it
+    for o in chosen:
+        chain = _epilogue_chain(o, readers, outputs) if o.op is norm.GROUP_NORM else {}
+        epilogues.update(chain)
+        if chain:
+            heads.add(id(o))
+    grouped: set[int] = set()  # old values whose new value is in the grouped layout
+
+    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> list[Tensor] | None:
+        b = _Builder(g, op.name, taken)
+        e = epilogues.get(id(op))
+        if e is not None and id(e.source) in grouped:
+            grouped.add(id(op.outputs[0]))
+            return [_in_grouped_layout(b, op, ins, e)]
+        if id(op) in heads:
+            y = _group_norm_grouped(b, op, ins)
+            if y is None:
+                return None
+            grouped.add(id(op.outputs[0]))
+            return [y]
+        if id(op) not in ids:
+            return None
+        return DECOMPOSITIONS[op.op](b, op, ins)
+
+    return rewrite(program, fn)
+
+
+__all__ = ["DECOMPOSITIONS", "decompose_for_fusion"]

@@ -1,0 +1,447 @@
+"""Decompositions for fusion (``passes.decompose``): group_norm and softmax_cross_entropy become ops the region
+generator writes, one fused region each (plus the batch reduction of a reduced loss). Fused executables (Triton's
+interpreter) are checked against the unfused ones and against PyTorch (``F.group_norm``, ``F.cross_entropy``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import region as region_module  # noqa: E402
+from opgraph.passes.decompose import decompose_for_fusion  # noqa: E402
+from opgraph.passes.fuse import FUSED_REGION  # noqa: E402
+from opgraph.passes.program import Program  # noqa: E402
+from tests.codegen.test_region_formation import golden, text  # noqa: E402
+
+FUSED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True)
+PLAIN = og.CompilationDescriptor(fusion=False)
+TOL = {og.float32: dict(rtol=1e-5, atol=1e-5), og.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _names(exe: og.Executable) -> list[str]:
+    return [o.op.name for o in exe.program.graph.ops]
+
+
+def _steps(exe: og.Executable) -> list[list[str]]:
+    return [[s.op for s in o.attrs.steps] for o in exe.program.graph.ops if o.op is FUSED_REGION]
+
+
+def _compile(g: og.Graph, feeds: Sequence[og.Tensor], outs: Sequence[og.Tensor]
+             ) -> tuple[og.Executable, og.Executable]:
+    types = {t: t.type for t in feeds}
+    return (g.compile(types, list(outs), device="cpu", descriptor=FUSED),
+            g.compile(types, list(outs), device="cpu", descriptor=PLAIN))
+
+
+# ---- group_norm ----------------------------------------------------------------------------------------
+GN_CASES = [  # (shape, groups): spatial dims 0..3, G = 1, G = C, in between
+    ((3, 6), 3), ((2, 6), 6), ((2, 4, 5), 1), ((2, 6, 4, 3), 3), ((2, 6, 4, 3), 6), ((1, 4, 2, 3, 2), 2),
+]
+
+
+def _group_norm_graph(shape: tuple[int, ...], groups: int, affine: str, dtype: og.DType
+                      ) -> tuple[og.Graph, list[og.Tensor], og.Tensor]:
+    g = og.Graph()
+    x = g.placeholder(shape, dtype, name="x")
+    c = shape[1]
+    gamma = g.placeholder((c,), dtype, name="gamma") if "g" in affine else None
+    beta = g.placeholder((c,), dtype, name="beta") if "b" in affine else None
+    y = g.group_norm(x, groups, gamma, beta, epsilon=1e-5, name="gn")
+    return g, [t for t in (x, gamma, beta) if t is not None], y
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("affine", ["", "g", "b", "gb"])
+@pytest.mark.parametrize("shape,groups", GN_CASES, ids=[f"{s}-G{k}" for s, k in GN_CASES])
+def test_group_norm_is_one_region_and_matches(shape: tuple[int, ...], groups: int, affine: str,
+                                              dtype: og.DType) -> None:
+    g, feeds, y = _group_norm_graph(shape, groups, affine, dtype)
+    fused, plain = _compile(g, feeds, [y])
+    assert _names(fused).count("fused_region") == 1 and "group_norm" not in _names(fused)
+    (steps,) = _steps(fused)
+    assert "layer_norm" in steps
+    # x is read by the region itself; outside it only views (and 16-bit parameters' casts to float32)
+    (region,) = [o for o in fused.program.graph.ops if o.op is FUSED_REGION]
+    assert region.inputs[0].op.op.name == "placeholder" and region.inputs[0].shape == shape
+    assert set(_names(fused)) <= {"placeholder", "fused_region", "reshape", "cast"}
+    assert all(o.outputs[0].shape == (groups, shape[1] // groups, *(1,)[:len(shape) - 2])
+               for o in fused.program.graph.ops if o.op.name == "cast")
+    gen = _gen(len(shape) + groups)
+    vals = [torch.randn(t.shape, generator=gen).to(dtype.torch_dtype) for t in feeds]
+    got = fused.run(vals)[0]
+    want = plain.run(vals)[0]
+    assert got.dtype == want.dtype == dtype.torch_dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    up = [v.float() for v in vals]
+    rest = iter(up[1:])
+    params = {k: next(rest) for k, flag in (("weight", "g"), ("bias", "b")) if flag in affine}
+    oracle = F.group_norm(up[0], groups, eps=1e-5, **params).to(dtype.torch_dtype)
+    torch.testing.assert_close(got, oracle, **TOL[dtype])
+
+
+def test_group_norm_golden() -> None:
+    g, feeds, y = _group_norm_graph((2, 6, 4, 3), 3, "gb", og.float32)
+    fused, _ = _compile(g, feeds, [y])
+    assert str(fused).splitlines()[0] == "Executable on cpu: 7 ops (placeholder x3, reshape x3, fused_region x1)"
+    assert text(fused.program.graph) == golden("""
+        %x: float32(2, 6, 4, 3) = placeholder()
+        %gamma: float32(6,) = placeholder()
+        %beta: float32(6,) = placeholder()
+        %gn.gamma: float32(3, 2, 1) = reshape(%gamma) {shape=(3, 2, 1)}
+        %gn.beta: float32(3, 2, 1) = reshape(%beta) {shape=(3, 2, 1)}
+        %fused_region_5: float32(2, 3, 2, 12) = fused_region(%x, %gn.gamma, %gn.beta) [reshape layer_norm multiply add -> 3]
+        %gn: float32(2, 6, 4, 3) = reshape(%fused_region_5) {shape=(2, 6, 4, 3)}""")  # noqa: E501
+    (kernel,) = [k for k in fused.kernels() if k.op == "fused_region"]
+    assert kernel.ops == ["gn.grouped", "gn.normalised", "gn.multiply", "gn.add"]
+
+
+@pytest.mark.parametrize("gamma_shape", [(1,), ()])
+def test_group_norm_broadcast_parameters(gamma_shape: tuple[int, ...]) -> None:
+    g = og.Graph()
+    x = g.placeholder((2, 4, 2, 2), og.bfloat16, name="x")
+    gamma = g.placeholder(gamma_shape, og.bfloat16, name="gamma")
+    beta = g.placeholder((4,), og.bfloat16, name="beta")
+    y = g.group_norm(x, 1, gamma, beta)
+    fused, plain = _compile(g, [x, gamma, beta], [y])
+    assert _names(fused).count("fused_region") == 1 and "group_norm" not in _names(fused)
+    vals = [torch.randn(t.shape, generator=_gen(1)).to(torch.bfloat16) for t in (x, gamma, beta)]
+    got = fused.run(vals)[0]
+    torch.testing.assert_close(got, plain.run(vals)[0], **TOL[og.bfloat16])
+    up = [v.float() for v in vals]
+    want = F.group_norm(up[0], 1, up[1].expand(4), up[2]).to(torch.bfloat16)
+    torch.testing.assert_close(got, want, **TOL[og.bfloat16])
+
+
+def test_group_norm_looped_kernel() -> None:
+    """Rows longer than ``PERSISTENT_MAX`` are walked in steps: the same region, a looped kernel."""
+    g, feeds, y = _group_norm_graph((2, 6, 4, 3), 2, "gb", og.float32)
+    with mock.patch.object(region_module, "PERSISTENT_MAX", 1):
+        fused, plain = _compile(g, feeds, [y])
+        (kernel,) = [k for k in fused.kernels() if k.op == "fused_region"]
+        assert "for r" in (kernel.source or "")
+        vals = [torch.randn(t.shape, generator=_gen(2)) for t in feeds]
+        torch.testing.assert_close(fused.run(vals)[0], plain.run(vals)[0], **TOL[og.float32])
+
+
+def test_group_norm_dynamic_batch_decomposes_dynamic_channels_do_not() -> None:
+    g = og.Graph()
+    x = g.placeholder((None, 6, 4), og.float32, name="x")
+    gamma = g.placeholder((6,), og.float32, name="gamma")
+    y = g.group_norm(x, 3, gamma)
+    exe = g.compile({x: og.TensorType((None, 6, 4), og.float32), gamma: gamma.type}, [y], device="cpu",
+                    descriptor=FUSED)
+    assert _names(exe).count("fused_region") == 1 and "group_norm" not in _names(exe)
+    for n in (1, 3):
+        vals = [torch.randn(n, 6, 4, generator=_gen(n)), torch.randn(6, generator=_gen(9))]
+        torch.testing.assert_close(exe.run(vals)[0], F.group_norm(vals[0], 3, vals[1]), rtol=1e-5, atol=1e-5)
+    g = og.Graph()
+    x = g.placeholder((2, None, 4), og.float32, name="x")
+    y = g.group_norm(x, 2)
+    exe = g.compile({x: og.TensorType((2, None, 4), og.float32)}, [y], device="cpu", descriptor=FUSED)
+    assert "group_norm" in _names(exe) and "fused_region" not in _names(exe)
+    v = torch.randn(2, 6, 4, generator=_gen(3))
+    torch.testing.assert_close(exe.run([v])[0], F.group_norm(v, 2))
+
+
+EPILOGUES = {  # what follows group_norm, and whether it joins the region (computed in the grouped layout)
+    "silu": (lambda g, y, x, s: g.silu(y), True),
+    "scale_shift_silu": (lambda g, y, x, s: g.silu(y * (s + 1.0) + s * 0.5), True),
+    "residual": (lambda g, y, x, s: g.relu(x + y) * 2.0, True),
+    "shift_first": (lambda g, y, x, s: g.relu(g.subtract(s, y)), False),  # not commutative: stays outside
+    "read_twice": (lambda g, y, x, s: g.tanh(y) + g.sigmoid(y), False),
+}
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", sorted(EPILOGUES))
+def test_group_norm_epilogues(case: str, dtype: og.DType) -> None:
+    """Elementwise ops after group_norm (each value read by the next only) are computed in the grouped layout
+    too, their other operands reshaped (views), so they join the region and its result is reshaped back."""
+    build, joins = EPILOGUES[case]
+    g = og.Graph()
+    x = g.placeholder((2, 6, 4, 3), dtype, name="x")
+    gamma = g.placeholder((6,), dtype, name="gamma")
+    s = g.placeholder((2, 6, 1, 1), dtype, name="s")
+    out = build(g, g.group_norm(x, 3, gamma, 0.5), x, s)
+    fused, plain = _compile(g, [x, gamma, s], [out])
+    steps = _steps(fused)
+    assert "group_norm" not in _names(fused)
+    if joins:
+        assert len(steps) == 1 and steps[0][-1] != "layer_norm"
+        assert fused.program.graph.ops[-1].op.name == "reshape"
+    else:
+        assert len(steps) == 2 and steps[0][-1] in ("layer_norm", "add", "cast")
+    vals = [torch.randn(t.shape, generator=_gen(12)).to(dtype.torch_dtype) for t in (x, gamma, s)]
+    got = fused.run(vals)[0]
+    torch.testing.assert_close(got, plain.run(vals)[0], **TOL[dtype])
+    up = [v.float() for v in vals]
+    y = F.group_norm(up[0], 3, up[1], torch.full((6,), 0.5)).to(dtype.torch_dtype).float()
+    want = {"silu": lambda: F.silu(y), "scale_shift_silu": lambda: F.silu(y * (up[2] + 1) + up[2] * 0.5),
+            "residual": lambda: F.relu(up[0] + y) * 2, "shift_first": lambda: F.relu(up[2] - y),
+            "read_twice": lambda: torch.tanh(y) + torch.sigmoid(y)}[case]()
+    torch.testing.assert_close(got.float(), want, **TOL[dtype])
+
+
+# ---- softmax_cross_entropy -----------------------------------------------------------------------------
+REDUCTIONS = [og.LossReduction.NONE, og.LossReduction.SUM, og.LossReduction.MEAN]
+CE_SHAPES = [((6, 5), -1), ((3, 4, 5), 1), ((7,), 0)]  # (logits shape, class axis)
+
+
+def _ce_graph(shape: tuple[int, ...], axis: int, soft: bool, smoothing: float, reduction: og.LossReduction,
+              dtype: og.DType, label_dtype: og.DType = og.int64) -> tuple[og.Graph, list[og.Tensor], og.Tensor]:
+    g = og.Graph()
+    x = g.placeholder(shape, dtype, name="x")
+    ax = axis % len(shape)
+    label_shape = shape if soft else shape[:ax] + shape[ax + 1:]
+    y = g.placeholder(label_shape, dtype if soft else label_dtype, name="y")
+    loss = g.softmax_cross_entropy(x, y, axis, smoothing, reduction, name="ce")
+    return g, [x, y], loss
+
+
+def _ce_values(x: og.Tensor, y: og.Tensor, axis: int, seed: int) -> list[torch.Tensor]:
+    gen = _gen(seed)
+    logits = (3 * torch.randn(x.shape, generator=gen)).to(x.dtype.torch_dtype)
+    if y.dtype.is_floating:
+        labels = torch.softmax(2 * torch.randn(y.shape, generator=gen), axis).to(y.dtype.torch_dtype)
+    else:
+        labels = torch.randint(0, x.shape[axis] or 1, y.shape, generator=gen).to(y.dtype.torch_dtype)
+    return [logits, labels]
+
+
+def _torch_ce(logits: torch.Tensor, labels: torch.Tensor, axis: int, smoothing: float,
+              reduction: og.LossReduction) -> torch.Tensor:
+    x = logits.float()
+    soft = labels.dtype.is_floating_point
+    t = labels.float() if soft else labels.long()
+    if x.dim() >= 2:
+        x = x.movedim(axis, 1)
+        t = t.movedim(axis, 1) if soft else t
+    return F.cross_entropy(x, t, reduction=reduction.value, label_smoothing=smoothing).to(logits.dtype)
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("reduction", REDUCTIONS, ids=[r.value for r in REDUCTIONS])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("soft", [False, True], ids=["index", "probabilities"])
+@pytest.mark.parametrize("shape,axis", CE_SHAPES, ids=[f"{s}-axis{a}" for s, a in CE_SHAPES])
+def test_cross_entropy_fuses_and_matches(shape: tuple[int, ...], axis: int, soft: bool, smoothing: float,
+                                         reduction: og.LossReduction, dtype: og.DType) -> None:
+    g, feeds, loss = _ce_graph(shape, axis, soft, smoothing, reduction, dtype)
+    fused, plain = _compile(g, feeds, [loss])
+    names = _names(fused)
+    assert "softmax_cross_entropy" not in names
+    regions = _steps(fused)
+    # one region over the logits (softmax statistics, the picked or weighted log-probabilities, their sum) ...
+    assert sum("log_softmax" in s for s in regions) == 1
+    (main,) = [s for s in regions if "log_softmax" in s]
+    assert "reduce_sum" in main
+    # ... and the batch reduction: an op, or with the final cast a small region of its own
+    if reduction is og.LossReduction.NONE:
+        assert len(regions) == 1
+    else:
+        batch = "reduce_mean" if reduction is og.LossReduction.MEAN else "reduce_sum"
+        rest = [s for s in regions if s is not main]
+        assert (len(rest) == 0 and batch in names) or rest == [[batch, "cast"]]
+    vals = _ce_values(feeds[0], feeds[1], axis % len(shape), seed=len(shape))
+    got = fused.run(vals)[0]
+    want = plain.run(vals)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    torch.testing.assert_close(got, _torch_ce(*vals, axis % len(shape), smoothing, reduction), **TOL[dtype])
+
+
+@pytest.mark.parametrize("label_dtype", [og.int32, og.uint8, og.int8])
+def test_cross_entropy_label_dtypes(label_dtype: og.DType) -> None:
+    """Class coordinates take the labels' dtype; labels too narrow for the class count are widened."""
+    classes = 200
+    g, feeds, loss = _ce_graph((4, classes), -1, False, 0.0, og.LossReduction.NONE, og.float32, label_dtype)
+    fused, plain = _compile(g, feeds, [loss])
+    assert "softmax_cross_entropy" not in _names(fused)
+    gen = _gen(4)
+    top = min(classes, 128) if label_dtype is og.int8 else classes
+    labels = torch.randint(0, top, (4,), generator=gen).to(label_dtype.torch_dtype)
+    vals = [torch.randn(4, classes, generator=gen), labels]
+    got = fused.run(vals)[0]
+    torch.testing.assert_close(got, plain.run(vals)[0])
+    torch.testing.assert_close(got, F.cross_entropy(vals[0], vals[1].long(), reduction="none"))
+
+
+def test_cross_entropy_with_minus_infinity_logits() -> None:
+    """A masked-out class (-inf logit) other than the label leaves the loss finite, as in PyTorch."""
+    g, feeds, loss = _ce_graph((3, 5), -1, False, 0.0, og.LossReduction.NONE, og.float32)
+    fused, plain = _compile(g, feeds, [loss])
+    x = torch.randn(3, 5, generator=_gen(5))
+    x[:, 4] = float("-inf")
+    labels = torch.tensor([0, 2, 3])
+    got = fused.run([x, labels])[0]
+    assert bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got, F.cross_entropy(x, labels, reduction="none"))
+    torch.testing.assert_close(got, plain.run([x, labels])[0])
+
+
+def test_cross_entropy_golden() -> None:
+    g, feeds, loss = _ce_graph((6, 5), -1, False, 0.0, og.LossReduction.MEAN, og.float32)
+    fused, _ = _compile(g, feeds, [loss])
+    assert text(fused.program.graph) == golden("""
+        %x: float32(6, 5) = placeholder()
+        %y: int64(6,) = placeholder()
+        %ce.classes: int64(1, 5) = constant() <5 values>
+        %ce.label: int64(6, 1) = expand_dims(%y) {axes=(1,)}
+        %ce.constant: float32() = constant() <[0.0]>
+        %fused_region_5: float32(6, 1) = fused_region(%x, %ce.classes, %ce.label, %ce.constant) [log_softmax broadcast_like equal select reduce_sum negative -> 5]
+        %ce: float32() = reduce_mean(%fused_region_5) {axes=(0, 1)}""")  # noqa: E501
+
+
+def test_cross_entropy_dynamic_classes_are_not_decomposed() -> None:
+    g = og.Graph()
+    x = g.placeholder((4, None), og.float32, name="x")
+    y = g.placeholder((4,), og.int64, name="y")
+    loss = g.softmax_cross_entropy(x, y)
+    exe = g.compile({x: og.TensorType((4, None), og.float32), y: y.type}, [loss], device="cpu", descriptor=FUSED)
+    assert "softmax_cross_entropy" in _names(exe)
+    vals = [torch.randn(4, 3, generator=_gen(6)), torch.tensor([0, 2, 1, 1])]
+    torch.testing.assert_close(exe.run(vals)[0], F.cross_entropy(*vals))
+
+
+def test_cross_entropy_dynamic_batch() -> None:
+    g = og.Graph()
+    x = g.placeholder((None, 5), og.float32, name="x")
+    y = g.placeholder((None,), og.int64, name="y")
+    loss = g.softmax_cross_entropy(x, y, label_smoothing=0.2)
+    exe = g.compile({x: og.TensorType((None, 5), og.float32), y: og.TensorType((None,), og.int64)}, [loss],
+                    device="cpu", descriptor=FUSED)
+    assert "softmax_cross_entropy" not in _names(exe) and _names(exe).count("fused_region") == 1
+    for n in (2, 7):
+        vals = [torch.randn(n, 5, generator=_gen(n)), torch.randint(0, 5, (n,), generator=_gen(n + 1))]
+        torch.testing.assert_close(exe.run(vals)[0], F.cross_entropy(*vals, label_smoothing=0.2))
+
+
+# ---- when the decomposition runs ---------------------------------------------------------------------------
+def test_no_decomposition_without_fusion() -> None:
+    g = og.Graph()
+    x = g.placeholder((2, 4, 3), og.float32, name="x")
+    labels = g.placeholder((2, 3), og.int64, name="labels")
+    y = g.group_norm(x, 2)
+    loss = g.softmax_cross_entropy(y, labels, axis=1)
+    for descriptor in (PLAIN, og.CompilationDescriptor(fusion=True), og.CompilationDescriptor(optimization_level=0)):
+        exe = g.compile({x: x.type, labels: labels.type}, [loss], device="cpu", descriptor=descriptor)
+        names = _names(exe)  # fusion off, or on but without a GPU or the interpreter
+        assert "group_norm" in names and "softmax_cross_entropy" in names and "layer_norm" not in names
+    fused = g.compile({x: x.type, labels: labels.type}, [loss], device="cpu", descriptor=FUSED)
+    assert "group_norm" not in _names(fused) and "softmax_cross_entropy" not in _names(fused)
+
+
+def test_decomposition_leaves_ops_the_generator_writes() -> None:
+    g = og.Graph()
+    x = g.placeholder((2, 4, 3), og.float32, name="x")
+    y = g.group_norm(x, 2, name="gn")
+    program = Program(g, [x], [y], [])
+    assert decompose_for_fusion(program, lambda op: op.op.name == "group_norm") is program
+    out = decompose_for_fusion(program, lambda op: False)
+    assert [o.op.name for o in out.graph.ops] == ["placeholder", "reshape", "layer_norm", "reshape"]
+    assert out.outputs[0].name == "gn"
+
+
+def test_decomposed_names_do_not_clash_with_later_ops() -> None:
+    """The new ops are named after the op they replace, avoiding every name of the graph (copied after them)."""
+    g = og.Graph()
+    x = g.placeholder((2, 4, 3), og.float32, name="x")
+    y = g.group_norm(x, 2, name="gn")
+    z = g.exp(y, name="gn.grouped")
+    w = g.tanh(z, name="gn.normalised")
+    fused, plain = _compile(g, [x], [w])
+    v = torch.randn(2, 4, 3, generator=_gen(7))
+    torch.testing.assert_close(fused.run([v])[0], plain.run([v])[0])
+    torch.testing.assert_close(fused.run([v])[0], torch.tanh(torch.exp(F.group_norm(v, 2))))
+
+
+# ---- gradients --------------------------------------------------------------------------------------------
+def test_training_graph_through_group_norm_and_cross_entropy() -> None:
+    """Autodiff runs before fusion: the forward group_norm and cross entropy are decomposed and fused, their
+    gradient ops fuse as they are, and every gradient matches the unfused executable and PyTorch."""
+    g = og.Graph()
+    x = g.placeholder((4, 6, 3, 2), og.float32, name="x")
+    gamma = g.placeholder((6,), og.float32, name="gamma")
+    beta = g.placeholder((6,), og.float32, name="beta")
+    w = g.placeholder((6, 5), og.float32, name="w")
+    labels = g.placeholder((4,), og.int64, name="labels")
+    h = g.relu(g.group_norm(x, 3, gamma, beta))
+    logits = g.matmul(g.reduce_mean(h, [2, 3]), w)
+    loss = g.softmax_cross_entropy(logits, labels, label_smoothing=0.1)
+    grads = g.gradients(loss, [x, gamma, beta, w])
+    outs = [loss, *(grads[t] for t in (x, gamma, beta, w))]
+    fused, plain = _compile(g, [x, gamma, beta, w, labels], outs)
+    names = _names(fused)
+    assert "group_norm" not in names and "softmax_cross_entropy" not in names
+    assert any("layer_norm" in s for s in _steps(fused)) and any("log_softmax" in s for s in _steps(fused))
+    gen = _gen(8)
+    vals = [torch.randn(4, 6, 3, 2, generator=gen), torch.randn(6, generator=gen), torch.randn(6, generator=gen),
+            torch.randn(6, 5, generator=gen), torch.randint(0, 5, (4,), generator=gen)]
+    got = fused.run(vals)
+    for a, b in zip(got, plain.run(vals), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    leaves = [v.clone().requires_grad_() for v in vals[:4]]
+    t_logits = F.relu(F.group_norm(leaves[0], 3, leaves[1], leaves[2])).mean((2, 3)) @ leaves[3]
+    t_loss = F.cross_entropy(t_logits, vals[4], label_smoothing=0.1)
+    t_loss.backward()
+    torch.testing.assert_close(got[0], t_loss.detach(), rtol=1e-5, atol=1e-6)
+    for a, leaf in zip(got[1:], leaves, strict=True):
+        torch.testing.assert_close(a, leaf.grad, rtol=1e-4, atol=1e-5)
+
+
+# ---- on CUDA: compiled kernels, rows in registers, walked in steps and split across programs ------------------
+GPU_FUSED = og.CompilationDescriptor(fusion=True, cuda_graphs=False)
+GPU_PLAIN = og.CompilationDescriptor(fusion=False, cuda_graphs=False)
+GPU_TOL = {og.float32: dict(rtol=1e-4, atol=1e-4), og.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape,groups", [((8, 32, 16, 16), 8), ((4, 64, 32, 32), 2), ((2, 32, 64, 64), 1),
+                                          ((16, 96), 4)])
+def test_group_norm_on_cuda(shape: tuple[int, ...], groups: int, dtype: og.DType) -> None:
+    g, feeds, y = _group_norm_graph(shape, groups, "gb", dtype)
+    y = g.silu(y)  # joins the region
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [y], device="cuda", descriptor=GPU_FUSED)
+    plain = g.compile(types, [y], device="cuda", descriptor=GPU_PLAIN)
+    names = _names(fused)
+    assert names.count("fused_region") == 1 and "group_norm" not in names and "silu" not in names
+    gen = _gen(11)
+    vals = [torch.randn(t.shape, generator=gen).to(dtype.torch_dtype).cuda() for t in feeds]
+    got = fused.run(vals)[0]
+    torch.testing.assert_close(got.float(), plain.run(vals)[0].float(), **GPU_TOL[dtype])
+    up = [v.float() for v in vals]
+    want = F.silu(F.group_norm(up[0], groups, up[1], up[2]))
+    torch.testing.assert_close(got.float(), want, **GPU_TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("soft", [False, True], ids=["index", "probabilities"])
+@pytest.mark.parametrize("classes", [1000, 50257, 100003])
+def test_cross_entropy_on_cuda(classes: int, soft: bool, dtype: og.DType) -> None:
+    g, feeds, loss = _ce_graph((16, classes), -1, soft, 0.1, og.LossReduction.NONE, dtype)
+    mean = g.reduce_mean(loss)
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [loss, mean], device="cuda", descriptor=GPU_FUSED)
+    plain = g.compile(types, [loss, mean], device="cuda", descriptor=GPU_PLAIN)
+    assert "softmax_cross_entropy" not in _names(fused)
+    vals = [v.cuda() for v in _ce_values(feeds[0], feeds[1], 1, seed=classes)]
+    got = fused.run(vals)
+    for a, b in zip(got, plain.run(vals), strict=True):
+        torch.testing.assert_close(a.float(), b.float(), **GPU_TOL[dtype])
+    torch.testing.assert_close(got[0].float(), _torch_ce(*vals, 1, 0.1, og.LossReduction.NONE).float(),
+                               **GPU_TOL[dtype])
