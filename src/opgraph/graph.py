@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from .autodiff.vjp import AutodiffMethods
 from .ops.activation import ActivationBuilders
+from .ops.attention import AttentionBuilders
+from .ops.attention_grad import AttentionGradientBuilders
 from .ops.batch_norm import BatchNormBuilders
 from .ops.batch_norm_grad import BatchNormGradientBuilders
 from .ops.conv import ConvBuilders
@@ -57,6 +59,8 @@ class Graph(
     BatchNormGradientBuilders,
     NNBuilders,
     LossBuilders,
+    AttentionBuilders,
+    AttentionGradientBuilders,
     TrainingBuilders,
     ResizeBuilders,
     GradientSupportBuilders,

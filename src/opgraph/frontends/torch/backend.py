@@ -183,8 +183,11 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     def backward(g: torch.fx.GraphModule, xs: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx(g, xs, opts, "backward")
 
+    decompositions = core_aten_decompositions()
+    # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math
+    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     compiler = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward,
-                            decompositions=core_aten_decompositions())
+                            decompositions=decompositions)
     return compiler(gm, example_inputs)
 
 

@@ -53,7 +53,9 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any], *, buffer
     if buffers not in ("variables", "constants"):
         raise GraphError(f"from_torch: buffers must be 'variables' or 'constants', got {buffers!r}")
     ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=strict)
-    ep = ep.run_decompositions(core_aten_decompositions())
+    decompositions = core_aten_decompositions()
+    decompositions.pop(torch.ops.aten.scaled_dot_product_attention.default, None)  # converted to the fused op
+    ep = ep.run_decompositions(decompositions)
     sig = ep.graph_signature
     specs = {s.arg.name: s for s in sig.input_specs}
     values = {**ep.state_dict, **ep.constants}

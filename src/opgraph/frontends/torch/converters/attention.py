@@ -1,11 +1,13 @@
-"""Converters of PyTorch's attention ops: the CPU flash kernel and the CUDA ones (flash, memory-efficient,
-cuDNN) that ``scaled_dot_product_attention`` becomes when AOTAutograd traces it, forward and backward, and
-``nn.TransformerEncoderLayer``'s inference fast path.
+"""Converters of PyTorch's attention ops: ``scaled_dot_product_attention`` itself (as ``torch.export`` leaves it),
+the CPU flash kernel and the CUDA ones (flash, memory-efficient, cuDNN) that it becomes when AOTAutograd traces
+it, forward and backward, and ``nn.TransformerEncoderLayer``'s inference fast path.
 
-All compute ``softmax(q k^T * scale + mask) v`` with opgraph ops (opgraph has no fused attention op yet:
-the scores are materialised); the backward recomputes the probabilities from q, k and v instead of reading
-the kernels' ``logsumexp``. The kernels' bookkeeping outputs (random-number state, sequence offsets, debug
-masks) are zeros of their traced types; dropout inside attention runs as the ATen op (no random ops yet).
+All build opgraph's fused ``scaled_dot_product_attention`` (its logsumexp shaped as each kernel returns it, 0 for
+a query that attends to nothing, as the kernels give it) and ``scaled_dot_product_attention_gradient``, which reads
+the traced logsumexp (recomputed in float64 for float64 inputs, whose kernels return it in float32). A mask given
+with ``is_causal`` (the CPU and memory-efficient kernels take both) becomes one mask. The kernels' bookkeeping
+outputs (random-number state, sequence offsets, debug masks) are zeros of their traced types; dropout inside
+attention runs as the ATen op (no random ops yet).
 """
 
 from __future__ import annotations
@@ -15,80 +17,126 @@ from typing import Any
 
 import torch
 
-from ....core.dtype import float32
+from ....core.errors import ShapeError
+from ....core.shape import broadcast_shapes
 from ....ir.graph import Tensor
+from ....ops.attention import lse_dtype
 from ..registry import ConvertContext, Unsupported, converts
 from .nn import _cast, _floating, _static, _traced_zeros, _want
 
 aten = torch.ops.aten
 
 
-def _mT(ctx: ConvertContext, t: Tensor) -> Tensor:
-    perm = list(range(t.rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return ctx.g.transpose(t, perm)
-
-
-def _attention_scores(ctx: ConvertContext, q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool,
-                      scale: float) -> Tensor:
-    """q k^T * scale with PyTorch's masks (bool: True keeps; float: added; causal: top-left lower triangle)."""
-    g = ctx.g
-    s = g.multiply(g.matmul(q, _mT(ctx, k)), scale)
-    if is_causal:
-        rows, cols = _static(s.shape[-2:], "a causal attention mask")
-        s = g.select(g.constant(torch.ones(rows, cols, dtype=torch.bool).tril()), s, -math.inf)
-    if mask is not None:
-        s = g.select(mask, s, -math.inf) if mask.dtype.is_bool else g.add(s, _cast(ctx, mask, s.dtype))
-    return s
-
-
-def _attention_probs(ctx: ConvertContext, s: Tensor, masked: bool) -> Tensor:
-    """softmax of the scores; with a mask, rows with nothing kept are 0, as PyTorch's attention gives them."""
-    g = ctx.g
-    p = g.softmax(s, -1)
-    return g.select(_kept_rows(ctx, s), p, 0.0) if masked else p
-
-
-def _kept_rows(ctx: ConvertContext, s: Tensor) -> Tensor:
-    return ctx.g.reduce_or(ctx.g.not_equal(s, -math.inf), -1, keepdims=True)
-
-
-def _attention_scale(q: Tensor, scale: Any) -> float:
-    if scale is not None:
-        return float(scale)
-    return 1.0 / math.sqrt(_static(q.shape[-1:], "the attention head size")[0])
-
-
 def _check_attention(q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> None:
     _floating(q, k, v)
     if dropout_p:
         raise Unsupported("attention dropout (opgraph has no random ops yet)")
-    if q.rank != k.rank or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
-        raise Unsupported("attention with broadcast or grouped key/value heads")
+    if not (q.dtype is k.dtype and k.dtype is v.dtype) or min(q.rank, k.rank, v.rank) < 2:
+        raise Unsupported("attention over inputs of different dtypes or of rank < 2")
+    try:
+        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ShapeError:
+        raise Unsupported("attention with grouped key/value heads") from None
+
+
+def _scale(scale: Any) -> float | None:
+    return None if scale is None else float(scale)
+
+
+class _Mask:
+    """An ATen attention mask as the op takes it (bool, or the query's dtype), with the top-left causal triangle
+    folded in when ``is_causal`` comes with it; ``grad`` takes the folded mask's gradient back to the original."""
+
+    def __init__(self, ctx: ConvertContext, q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> None:
+        g = ctx.g
+        self.ctx, self.original, self.causal, self.tri = ctx, mask, bool(is_causal), None
+        self.mask = mask if mask is None or mask.dtype.is_bool else _cast(ctx, mask, q.dtype)
+        if self.mask is not None and self.causal:
+            rows, cols = _static(q.shape[-2:-1] + k.shape[-2:-1], "a causal attention mask")
+            self.tri = tri = g.constant(torch.ones(rows, cols, dtype=torch.bool).tril())
+            m = self.mask
+            self.mask = g.logical_and(m, tri) if m.dtype.is_bool else g.select(tri, m, -math.inf)
+            self.causal = False
+
+    @property
+    def floating(self) -> bool:
+        return self.mask is not None and self.mask.dtype.is_floating
+
+    def grad(self, dm: Tensor) -> Tensor:
+        g, original = self.ctx.g, self.original
+        assert original is not None
+        if self.tri is not None:
+            dm = g.sum_to(g.select(self.tri, dm, 0.0), original)
+        return _cast(self.ctx, dm, original.dtype)
+
+
+def _forward(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
+             is_causal: bool, scale: Any) -> tuple[Tensor, Tensor]:
+    """(output, logsumexp per query in the op's dtype; 0 for a query with nothing kept)."""
+    g = ctx.g
+    _check_attention(q, k, v, dropout_p)
+    m = _Mask(ctx, q, k, mask, is_causal)
+    out, lse = g.scaled_dot_product_attention_with_logsumexp(q, k, v, m.mask, _scale(scale), m.causal)
+    if m.mask is not None:
+        lse = g.select(g.equal(lse, -math.inf), 0.0, lse)
+    return out, lse
+
+
+def _backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor,
+              logsumexp: Tensor, dropout_p: float, is_causal: bool, scale: Any, mask_grad: bool = False,
+              cudnn: bool = False) -> tuple[Tensor | None, ...]:
+    """(dq, dk, dv, gradient of the mask or None) from the kernel's output and logsumexp."""
+    g = ctx.g
+    _floating(go)
+    _check_attention(q, k, v, dropout_p)
+    m = _Mask(ctx, q, k, mask, is_causal)
+    if mask_grad and not m.floating:
+        raise Unsupported("the gradient of a boolean attention mask")
+    lse, sc = _unfit_logsumexp(ctx, logsumexp, q, cudnn), _scale(scale)
+    # recomputed where it is no logsumexp or, for float64 inputs, a float32 one (not precise enough)
+    if lse is None or logsumexp.dtype is not lse.dtype:
+        out, lse = g.scaled_dot_product_attention_with_logsumexp(q, k, v, m.mask, sc, m.causal)
+    grads = g.scaled_dot_product_attention_gradient(go, q, k, v, out, lse, m.mask, sc, m.causal,
+                                                    mask_gradient=mask_grad)
+    return (*grads[:3], m.grad(grads[3]) if mask_grad else None)
+
+
+def _unfit_logsumexp(ctx: ConvertContext, lse: Tensor, q: Tensor, trailing_one: bool) -> Tensor | None:
+    """A kernel's logsumexp as the op's: (..., queries), without the padding (or cuDNN's trailing 1), in its
+    dtype; None when it is not one (core ATen's decomposition of the CPU kernel returns the probabilities)."""
+    g = ctx.g
+    if trailing_one and lse.rank == q.rank and lse.shape[-1] == 1:
+        lse = g.squeeze(lse, -1)
+    length, have = q.shape[-2], lse.shape[-1] if lse.rank else None
+    if lse.rank != q.rank - 1 or lse.shape[:-1] != q.shape[:-2] or have is None or length is None or have < length:
+        return None
+    return _cast(ctx, lse[..., :length] if have != length else lse, lse_dtype(q.dtype))
+
+
+@converts(aten.scaled_dot_product_attention.default)
+def _sdpa(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+          dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None, enable_gqa: bool = False) -> Tensor:
+    if attn_mask is not None and is_causal:
+        raise Unsupported("attn_mask with is_causal (PyTorch rejects it)")
+    _check_attention(q, k, v, dropout_p)
+    m = _Mask(ctx, q, k, attn_mask, is_causal)
+    return ctx.g.scaled_dot_product_attention(q, k, v, m.mask, _scale(scale), m.causal)
 
 
 @converts(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def _sdpa_flash_cpu(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
                     is_causal: bool = False, *, attn_mask: Tensor | None = None,
                     scale: Any = None) -> tuple[Tensor, Tensor]:
-    """(softmax(scores) v, logsumexp of the scores per query in float32; 0 for a query with nothing kept)."""
-    g = ctx.g
-    _check_attention(q, k, v, dropout_p)
-    s = _attention_scores(ctx, q, k, attn_mask, is_causal, _attention_scale(q, scale))
-    out = g.matmul(_attention_probs(ctx, s, attn_mask is not None), v)
-    s32 = _cast(ctx, s, _want(ctx, 1, float32))
-    top = g.reduce_max(s32, -1, keepdims=True)
-    kept = _kept_rows(ctx, s32)
-    top = g.select(kept, top, 0.0)
-    lse = g.add(g.log(g.reduce_sum(g.exp(g.subtract(s32, top)), -1, keepdims=True)), top)
-    return out, g.squeeze(g.select(kept, lse, 0.0), -1)
+    """(output, logsumexp per query in float32, float64 for float64 inputs)."""
+    out, lse = _forward(ctx, q, k, v, attn_mask, dropout_p, is_causal, scale)
+    return out, _cast(ctx, lse, _want(ctx, 1, lse.dtype))
 
 
 @converts(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def _sdpa_flash_cpu_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                              logsumexp: Tensor, dropout_p: float, is_causal: bool, *, attn_mask: Tensor | None = None,
                              scale: Any = None) -> tuple[Tensor | None, ...]:
-    return _backward(ctx, go, q, k, v, attn_mask, dropout_p, is_causal, scale)[:3]
+    return _backward(ctx, go, q, k, v, attn_mask, out, logsumexp, dropout_p, is_causal, scale)[:3]
 
 
 @converts(aten._transformer_encoder_layer_fwd.default)
@@ -118,8 +166,7 @@ def _encoder_layer(ctx: ConvertContext, src: Tensor, embed_dim: int, num_heads: 
 
     def attention(x: Tensor) -> Tensor:
         qkv = g.transpose(g.reshape(linear(x, qkv_weight, qkv_bias), (batch, length, 3, heads, dh)), [2, 0, 3, 1, 4])
-        q, k, v = (qkv[i] for i in range(3))
-        o = g.matmul(_attention_probs(ctx, _attention_scores(ctx, q, k, None, False, 1.0 / math.sqrt(dh)), False), v)
+        o = g.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
         return linear(g.reshape(g.transpose(o, [0, 2, 1, 3]), (batch, length, e)), proj_weight, proj_bias)
 
     def ffn(x: Tensor) -> Tensor:
@@ -158,33 +205,12 @@ def _fit_logsumexp(ctx: ConvertContext, lse: Tensor, i: int) -> Tensor | None:
     return _cast(ctx, lse, t.dtype)
 
 
-def _backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-              dropout_p: float, is_causal: bool, scale: Any, bias_grad: bool = False) -> tuple[Tensor | None, ...]:
-    """(dq, dk, dv) and, when asked, the gradient of an additive ``bias`` (that of the scores, summed to its
-    shape)."""
-    g = ctx.g
-    _floating(go)
-    _check_attention(q, k, v, dropout_p)
-    sc = _attention_scale(q, scale)
-    p = _attention_probs(ctx, _attention_scores(ctx, q, k, bias, is_causal, sc), bias is not None)
-    dv = g.matmul(_mT(ctx, p), go)
-    dp = g.matmul(go, _mT(ctx, v))
-    ds = g.multiply(p, g.subtract(dp, g.reduce_sum(g.multiply(dp, p), -1, keepdims=True)))
-    dq, dk = g.multiply(g.matmul(ds, k), sc), g.multiply(g.matmul(_mT(ctx, ds), q), sc)
-    db = None
-    if bias_grad and bias is not None:
-        if bias.dtype.is_bool:
-            raise Unsupported("the gradient of a boolean attention mask")
-        db = _cast(ctx, g.sum_to(ds, bias), bias.dtype)
-    return dq, dk, dv, db
-
-
 @converts(aten._scaled_dot_product_efficient_attention.default)
 def _sdpa_efficient(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, attn_bias: Tensor | None,
                     compute_log_sumexp: bool, dropout_p: float = 0.0, is_causal: bool = False, *,
                     scale: Any = None) -> tuple[Tensor | None, ...]:
     """(output, logsumexp padded to 32 queries, philox seed, philox offset)."""
-    out, lse = _sdpa_flash_cpu(ctx, q, k, v, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
+    out, lse = _forward(ctx, q, k, v, attn_bias, dropout_p, is_causal, scale)
     return out, _fit_logsumexp(ctx, lse, 1), _traced_zeros(ctx, 2), _traced_zeros(ctx, 3)
 
 
@@ -194,8 +220,8 @@ def _sdpa_efficient_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tens
                              philox_offset: Tensor, dropout_p: float, grad_input_mask: Any,
                              is_causal: bool = False, *, scale: Any = None) -> tuple[Tensor | None, ...]:
     traced = len(ctx.out_types) > 3 and ctx.out_types[3] is not None  # the bias gradient, when asked for
-    wanted = traced and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
-    return _backward(ctx, go, q, k, v, attn_bias, dropout_p, is_causal, scale, bias_grad=wanted)
+    wanted = traced and attn_bias is not None and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
+    return _backward(ctx, go, q, k, v, attn_bias, out, logsumexp, dropout_p, is_causal, scale, mask_grad=wanted)
 
 
 def _seq_outputs(ctx: ConvertContext, q: Tensor, k: Tensor) -> tuple[Any, ...]:
@@ -209,7 +235,7 @@ def _seq_outputs(ctx: ConvertContext, q: Tensor, k: Tensor) -> tuple[Any, ...]:
 def _sdpa_flash(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
                 is_causal: bool = False, return_debug_mask: bool = False, *, scale: Any = None) -> tuple[Any, ...]:
     _top_left_causal(q, k, is_causal)
-    out, lse = _sdpa_flash_cpu(ctx, q, k, v, dropout_p, is_causal, scale=scale)
+    out, lse = _forward(ctx, q, k, v, None, dropout_p, is_causal, scale)
     return (out, _fit_logsumexp(ctx, lse, 1)) + _seq_outputs(ctx, q, k)
 
 
@@ -219,7 +245,7 @@ def _sdpa_flash_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, 
                          dropout_p: float, is_causal: bool, philox_seed: Tensor, philox_offset: Tensor, *,
                          scale: Any = None) -> tuple[Tensor | None, ...]:
     _top_left_causal(q, k, is_causal)
-    return _backward(ctx, go, q, k, v, None, dropout_p, is_causal, scale)[:3]
+    return _backward(ctx, go, q, k, v, None, out, logsumexp, dropout_p, is_causal, scale)[:3]
 
 
 def _top_left_causal(q: Tensor, k: Tensor, is_causal: bool) -> None:
@@ -233,7 +259,7 @@ def _top_left_causal(q: Tensor, k: Tensor, is_causal: bool) -> None:
 def _sdpa_cudnn(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, attn_bias: Tensor | None,
                 compute_log_sumexp: bool, dropout_p: float = 0.0, is_causal: bool = False,
                 return_debug_mask: bool = False, *, scale: Any = None) -> tuple[Any, ...]:
-    out, lse = _sdpa_flash_cpu(ctx, q, k, v, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
+    out, lse = _forward(ctx, q, k, v, attn_bias, dropout_p, is_causal, scale)
     return (out, _fit_logsumexp(ctx, lse, 1)) + _seq_outputs(ctx, q, k)
 
 
@@ -242,7 +268,7 @@ def _sdpa_cudnn_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, 
                          logsumexp: Tensor, philox_seed: Tensor, philox_offset: Tensor, attn_bias: Tensor | None,
                          cum_seq_q: Tensor, cum_seq_k: Tensor, max_q: Any, max_k: Any, dropout_p: float,
                          is_causal: bool, *, scale: Any = None) -> tuple[Tensor | None, ...]:
-    return _backward(ctx, go, q, k, v, attn_bias, dropout_p, is_causal, scale)[:3]
+    return _backward(ctx, go, q, k, v, attn_bias, out, logsumexp, dropout_p, is_causal, scale, cudnn=True)[:3]
 
 
 __all__: list[str] = []
