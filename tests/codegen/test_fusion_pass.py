@@ -145,3 +145,13 @@ def test_scalar_constants_are_written_into_the_kernel(dtype: og.DType) -> None:
     assert source.count("tl.load(") == 1, source  # only x
     xs = [torch.randn(6, 5).to(dtype.torch_dtype)]
     torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0], equal_nan=True)
+
+
+def test_kernels_are_named_after_their_ops_for_profilers() -> None:
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    y = g.layer_norm(g.reshape(x, (8, 4)) + 1.0, [1], name="y")
+    exe = g.compile({x: x.type}, [y], device="cpu", descriptor=FUSED)
+    (kernel,) = [k for k in exe.kernels() if k.op == "fused_region"]
+    assert "def fused_region_add_layer_norm(" in (kernel.source or "")  # views left out of the name
+    torch.testing.assert_close(exe.run([torch.ones(4, 8)])[0], torch.zeros(8, 4))

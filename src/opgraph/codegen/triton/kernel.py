@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -26,7 +27,7 @@ import torch
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
-from .region import KERNEL_NAME, MAX_BARRIERS, WS_PARTS, Config, RegionEmitter, candidate_configs, generated
+from .region import MAX_BARRIERS, WS_PARTS, Config, RegionEmitter, candidate_configs, generated
 
 DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
@@ -42,6 +43,7 @@ def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs
 # ---- the source cache -------------------------------------------------------------------------------------
 _LOADED: dict[str, Any] = {}
 _LOCK = threading.Lock()
+_KERNEL_DEF = re.compile(r"^@triton\.jit\ndef (\w+)\(", re.MULTILINE)
 
 
 def default_cache_dir() -> Path:
@@ -63,7 +65,7 @@ def source_key(source: str) -> str:
 
 
 def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
-    """The ``@triton.jit`` function ``KERNEL_NAME`` defined by ``source``, loaded once per source."""
+    """The ``@triton.jit`` function (named ``KERNEL_NAME...``) defined by ``source``, loaded once per source."""
     key = source_key(source)
     with _LOCK:
         fn = _LOADED.get(key)
@@ -82,7 +84,7 @@ def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        fn = getattr(module, KERNEL_NAME)
+        fn = getattr(module, _KERNEL_DEF.search(source).group(1))  # type: ignore[union-attr]
         _LOADED[key] = fn
         return fn
 

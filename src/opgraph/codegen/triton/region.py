@@ -626,7 +626,7 @@ class RegionEmitter:
             "",
             "",
             "@triton.jit",
-            f"def {KERNEL_NAME}({', '.join(params)}):",
+            f"def {kernel_name(self.ops)}({', '.join(params)}):",
         ]
         return "\n".join(header + body) + "\n"
 
@@ -660,7 +660,18 @@ class RegionEmitter:
         return frozenset(pairs)
 
 
-KERNEL_NAME = "fused_region"
+KERNEL_NAME = "fused_region"  # the stem of every generated kernel's name
+
+
+def kernel_name(ops: Sequence[Operation]) -> str:
+    """``fused_region_`` and the region's distinct computing ops, as profilers show the kernel (Inductor's
+    ``triton_per_fused_...`` likewise): ``fused_region_add_layer_norm``."""
+    names: list[str] = []
+    for op in ops:
+        if op.op.fusion is not FusionKind.INJECTIVE and op.op.name not in names:
+            names.append(op.op.name)
+    tail = "_".join(names)[:80].rstrip("_")
+    return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
 MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
 WS_PARTS = 4  # statistics per group
 
