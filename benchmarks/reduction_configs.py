@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     copy = fusion.copy_bandwidth(ctx)["best_gbps"]
     print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
     chunks = [int(c) for c in args.chunks.split(",")]
+    if any(c <= 0 or c & (c - 1) for c in chunks):
+        p.error(f"--chunks must be powers of two, got {args.chunks}")
+    failed = False
     for op in args.ops.split(","):
         nparams, build, _ = fusion.NORMS[op]
         for dtype in args.dtypes.split(","):
@@ -97,12 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {op} {dtype} {width}: {describe(c)}", file=sys.stderr, flush=True)
                 nbytes = 2 * rows * width * tt.itemsize
                 results.sort(key=lambda r: r[0])
+                shown = results[:args.top] + [r for r in results[args.top:] if r[2] > 1e-3]  # and every failure
+                failed = failed or any(err > 1e-3 for _, _, err in results)
                 table: list[list[Any]] = [[describe(c), f"{ms:.3f}", f"{nbytes / ms / 1e6 / copy:.2f}",
                                            f"{err:.1e}", "ok" if err <= 1e-3 else "FAIL"]
-                                          for ms, c, err in results[:args.top]]
+                                          for ms, c, err in shown]
                 print(f"\n== {op} {dtype} {rows}x{width}")
                 print(format_table(["configuration", "ms", "of copy", "max rel. diff", "check"], table))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -445,3 +445,45 @@ def test_cross_entropy_on_cuda(classes: int, soft: bool, dtype: og.DType) -> Non
         torch.testing.assert_close(a.float(), b.float(), **GPU_TOL[dtype])
     torch.testing.assert_close(got[0].float(), _torch_ce(*vals, 1, 0.1, og.LossReduction.NONE).float(),
                                **GPU_TOL[dtype])
+
+
+@pytest.mark.parametrize("case", ["two_chains", "one_not_decomposed", "max_tie"])
+def test_group_norms_meeting_in_one_op(case: str) -> None:
+    # an op reading two group_norms joins one chain and reads the other in its own layout; a group_norm that
+    # cannot be decomposed (dynamic parameter size) builds no chain; maximum keeps its operand order (ties)
+    g = og.Graph()
+    x = g.placeholder((2, 8, 3, 3), og.float32, name="x")
+    y = g.placeholder((2, 8, 3, 3), og.float32, name="y")
+    feeds = [x, y]
+    if case == "one_not_decomposed":
+        w = g.placeholder((None,), og.float32, name="w")
+        feeds.append(w)
+        other = g.group_norm(y, 4, w)
+    else:
+        other = g.group_norm(y, 4)
+    first = g.group_norm(x, 2)
+    joined = g.maximum(other, first) if case == "max_tie" else first + other
+    out = g.silu(joined, name="out")
+    fused, plain = _compile(g, feeds, [out])
+    xs = [torch.randn(2, 8, 3, 3, generator=_gen(1)), torch.randn(2, 8, 3, 3, generator=_gen(2))]
+    if case == "one_not_decomposed":
+        xs.append(torch.randn(8, generator=_gen(3)))
+    got, want = fused.run(xs)[0], plain.run(xs)[0]
+    assert got.shape == want.shape == (2, 8, 3, 3)
+    torch.testing.assert_close(got, want, **TOL[og.float32])
+
+
+def test_cross_entropy_ignores_no_class() -> None:
+    # the op has no ignored class: -100 is out of range unfused (F.cross_entropy would silently ignore it by
+    # default), so valid labels are what fused and unfused both define
+    g = og.Graph()
+    x = g.placeholder((3, 5), og.float32)
+    t = g.placeholder((3,), og.int64)
+    y = g.softmax_cross_entropy(x, t)
+    fused, plain = _compile(g, [x, t], [y])
+    xv = torch.randn(3, 5, generator=_gen(4))
+    labels = torch.tensor([1, 2, 4])
+    torch.testing.assert_close(fused.run([xv, labels])[0], torch.nn.functional.cross_entropy(xv, labels))
+    torch.testing.assert_close(plain.run([xv, labels])[0], torch.nn.functional.cross_entropy(xv, labels))
+    with pytest.raises(og.ExecutionError, match="out of bounds"):
+        plain.run([xv, torch.tensor([1, -100, 4])])

@@ -328,3 +328,11 @@ def test_interpreter_asked_for_after_triton_was_imported_for_a_gpu_is_refused_cl
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "refused:" in out.stdout and "TRITON_INTERPRET=1" in out.stdout, out.stdout + out.stderr
+
+
+def test_meta_tensors_are_refused_clearly() -> None:
+    g = og.Graph()
+    x = g.placeholder((3,), og.float32, name="x")
+    exe = g.compile({x: x.type}, [x * 2.0], device="cpu")
+    with pytest.raises(og.FeedError, match="meta"):  # not taken for a CPU tensor by the fast path
+        exe.run([torch.empty(3, device="meta")])

@@ -62,6 +62,8 @@ def _as4d(t: torch.Tensor, batch: Sequence[int]) -> torch.Tensor:
 
 def _mask4d(m: torch.Tensor, batch: Sequence[int]) -> torch.Tensor:
     """A mask (fitting into ``(*batch, L, S)``) as 4-D, size-1 dims left for the kernels to broadcast."""
+    if m.dim() < 2:  # a 0-d or (S,) mask: one row for every query
+        m = m.reshape((1,) * (2 - m.dim()) + tuple(m.shape))
     if len(batch) <= 2:
         return m[(None,) * (4 - m.dim())]
     return _as4d(m, batch)
@@ -299,13 +301,21 @@ T = TypeVar("T")
 
 
 def _refused_is_none(call: Callable[[], T]) -> T | None:
-    """``call()``, or None when PyTorch's kernel refuses the inputs (its checks raise before any launch)."""
+    """``call()``, or None when PyTorch's kernel refuses the inputs (its checks raise before any launch). Device
+    errors, out-of-memory and anything raised while a CUDA graph is captured propagate: a fallback recorded into
+    a graph, or one taken after the device failed, would hide the failure."""
     try:
         return call()
     except torch.OutOfMemoryError:
         raise
-    except RuntimeError:
+    except RuntimeError as e:
+        if isinstance(e, _DEVICE_ERRORS) or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            raise
         return None
+
+
+_DEVICE_ERRORS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(torch, "AcceleratorError", None),) if isinstance(t, type))
 
 
 # ---- dispatch ------------------------------------------------------------------------------------

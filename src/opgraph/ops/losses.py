@@ -130,9 +130,14 @@ def _softmax_ce_lower(ctx: LowerContext) -> Callable[..., Any]:
         if move:
             x = x.movedim(axis, 1)
             t = t.movedim(axis, 1) if soft else t
-        return F.cross_entropy(x, t, reduction=red, label_smoothing=ls).to(out)
+        # no ignored class (F.cross_entropy's default ignores -100): labels must lie in [0, classes), as the
+        # gradient and the fused decomposition assume; on the CPU PyTorch checks that
+        return F.cross_entropy(x, t, reduction=red, label_smoothing=ls, ignore_index=_NO_IGNORED_CLASS).to(out)
 
     return run
+
+
+_NO_IGNORED_CLASS = -(2**63)
 
 
 def _pair_lowering(fn: Callable[..., torch.Tensor]) -> Callable[[LowerContext], Callable[..., Any]]:

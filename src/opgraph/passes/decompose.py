@@ -94,8 +94,8 @@ def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor
     """group_norm's result in the grouped layout ``(N, G, C/G[, S])``, or None where it does not apply."""
     a: norm.GroupNormAttrs = op.attrs
     x, *params = ins
-    if None in x.shape[1:] or 0 in x.shape or not _real_float(x.dtype) or any(None in p.shape for p in params):
-        return None  # the reshapes need the channel and spatial sizes (the batch may be dynamic)
+    if not _group_norm_applies(op):
+        return None
     c, tail = _channels_and_tail(x.shape)
     groups = a.num_groups
     per = c // groups
@@ -113,6 +113,13 @@ def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor
     return b.cast(y, x.dtype)
 
 
+def _group_norm_applies(op: Operation) -> bool:
+    """The reshapes need the channel and spatial sizes (the batch may be dynamic) and the parameters' sizes."""
+    x, *params = op.inputs
+    return None not in x.shape[1:] and 0 not in x.shape and _real_float(x.dtype) and \
+        not any(None in p.shape for p in params)
+
+
 def _group_norm(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
     y = _group_norm_grouped(b, op, ins)
     return None if y is None else [b.reshape(y, ins[0].shape, last=True)]
@@ -125,7 +132,7 @@ def _channels_and_tail(shape: Sequence[int | None]) -> tuple[int, tuple[int, ...
 
 
 # ---- elementwise ops after group_norm: computed in the grouped layout, so they join its region -------------
-_COMMUTATIVE = (ew.ADD, ew.MULTIPLY, ew.MAXIMUM, ew.MINIMUM)
+_COMMUTATIVE = (ew.ADD, ew.MULTIPLY)  # maximum/minimum are not: their ties give x (the sign of a zero)
 
 
 @dataclass(frozen=True)
@@ -157,9 +164,11 @@ def _placement(u: TensorType, x: TensorType, groups: int) -> tuple[int | None, .
     return (s[0], *((groups, c // groups) if s[1] != 1 else (1, 1)), *tail)
 
 
-def _epilogue_chain(op: Operation, readers: dict[int, list[Operation]], outputs: set[int]) -> dict[int, _Epilogue]:
+def _epilogue_chain(op: Operation, readers: dict[int, list[Operation]], outputs: set[int],
+                    claimed: set[int]) -> dict[int, _Epilogue]:
     """The elementwise ops that follow group_norm ``op`` one by one (each value read by the next only), each
-    with operands that fit the grouped layout, keyed by ``id(op)``."""
+    with operands that fit the grouped layout, keyed by ``id(op)``; none that another chain ``claimed`` (an op
+    reading two group_norms joins the first one's chain and reads the other in its own layout)."""
     x, groups = op.inputs[0].type, op.attrs.num_groups
     chain: list[tuple[Operation, Tensor]] = []
     t = op.outputs[0]
@@ -168,7 +177,8 @@ def _epilogue_chain(op: Operation, readers: dict[int, list[Operation]], outputs:
         if len(found) != 1:
             break
         (f,) = found.values()
-        if f.op.fusion is not FusionKind.ELEMENTWISE or len(f.outputs) != 1 or f.outputs[0].shape != x.shape:
+        if id(f) in claimed or f.op.fusion is not FusionKind.ELEMENTWISE or len(f.outputs) != 1 \
+                or f.outputs[0].shape != x.shape:
             break
         first = next(k for k, u in enumerate(f.inputs) if u is t)
         places = [_placement(u.type, x, groups) for u in f.inputs if u is not t]
@@ -270,7 +280,8 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
     epilogues: dict[int, _Epilogue] = {}
     heads: set[int] = set()  # group_norm ops whose result stays in the grouped layout for the ops after it
     for o in chosen:
-        chain = _epilogue_chain(o, readers, outputs) if o.op is norm.GROUP_NORM else {}
+        applies = o.op is norm.GROUP_NORM and _group_norm_applies(o)
+        chain = _epilogue_chain(o, readers, outputs, set(epilogues)) if applies else {}
         epilogues.update(chain)
         if chain:
             heads.add(id(o))

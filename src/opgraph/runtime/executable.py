@@ -69,7 +69,8 @@ class Executable:
         # fast path: exact static sizes, compared as torch.Size (None: a dynamic dim, take the slow path)
         self._fast = [(dt, torch.Size(shape) if all(d is not None for d in shape) else None)  # type: ignore[arg-type]
                       for dt, shape in self._checks]
-        # ... and the device as ``Tensor.get_device()`` gives it (no torch.device built per input); None: MPS
+        # ... and the CUDA device as ``Tensor.get_device()`` gives it (no torch.device built per input); -1: the
+        # CPU (checked with ``is_cpu``: meta tensors also give -1); None: MPS, the checked path
         self._device_index = {"cuda": device.index, "cpu": -1}.get(device.kind)
 
     @property
@@ -88,7 +89,7 @@ class Executable:
         if len(inputs) == len(self._fast) and index is not None:
             for v, (dt, size) in zip(inputs, self._fast):  # noqa: B905 (lengths checked; hot path)
                 if (type(v) is not torch.Tensor and type(v) is not _PARAMETER) or v.dtype is not dt \
-                        or v.shape != size or v.get_device() != index:
+                        or v.shape != size or (v.get_device() != index if index >= 0 else not v.is_cpu):
                     break
             else:
                 return inputs
@@ -106,6 +107,8 @@ class Executable:
                     d is not None and d != s for d, s in zip(shape, value.shape, strict=True)):
                 raise FeedError(f"input {k} (%{self.feed_tensors[k].name}): expected {self.input_types[k]}, "
                                 f"got {_describe(value)}")
+            if value.device.type == "meta":
+                raise FeedError(f"input {k} (%{self.feed_tensors[k].name}) is a meta tensor: it has no values")
             if value.device != self._torch_device:  # async only host-to-device; a host copy must be complete
                 value = value.to(self._torch_device, non_blocking=self._torch_device.type != "cpu")
             out.append(value)

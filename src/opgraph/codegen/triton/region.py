@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -670,7 +671,7 @@ def kernel_name(ops: Sequence[Operation]) -> str:
     for op in ops:
         if op.op.fusion is not FusionKind.INJECTIVE and op.op.name not in names:
             names.append(op.op.name)
-    tail = "_".join(names)[:80].rstrip("_")
+    tail = re.sub(r"\W", "_", "_".join(names))[:80].rstrip("_")  # an identifier whatever the op names
     return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
 MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
 WS_PARTS = 4  # statistics per group
