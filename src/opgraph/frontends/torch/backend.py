@@ -24,6 +24,7 @@ from ...ir.graph import Tensor
 from ...runtime.compile import CompilationDescriptor
 from ...runtime.device import device as og_device
 from . import converters as _converters  # noqa: F401  (registers the converters)
+from .capture import capture_attention
 from .registry import SymSize
 from .translation import NotTranslatable, Translation, translate
 
@@ -183,6 +184,7 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     def backward(g: torch.fx.GraphModule, xs: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx(g, xs, opts, "backward")
 
+    capture_attention(gm)  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
     decompositions = core_aten_decompositions()
     # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math
     decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)

@@ -1,6 +1,8 @@
 """Converters of PyTorch's attention ops: ``scaled_dot_product_attention`` itself (as ``torch.export`` leaves it),
 the CPU flash kernel and the CUDA ones (flash, memory-efficient, cuDNN) that it becomes when AOTAutograd traces
-it, forward and backward, and ``nn.TransformerEncoderLayer``'s inference fast path.
+it, forward and backward, opgraph's own ``opgraph::attention`` and its backward (what the backend turns
+Dynamo's calls of ``F.scaled_dot_product_attention`` into, ``../custom_ops.py``), and
+``nn.TransformerEncoderLayer``'s inference fast path.
 
 All build opgraph's fused ``scaled_dot_product_attention`` (its logsumexp shaped as each kernel returns it, 0 for
 a query that attends to nothing, as the kernels give it) and ``scaled_dot_product_attention_gradient``, which reads
@@ -21,6 +23,7 @@ from ....core.errors import ShapeError
 from ....core.shape import broadcast_shapes
 from ....ir.graph import Tensor
 from ....ops.attention import lse_dtype
+from ..custom_ops import ATTENTION, ATTENTION_BACKWARD
 from ..registry import ConvertContext, Unsupported, converts
 from .nn import _cast, _floating, _static, _traced_zeros, _want
 
@@ -137,6 +140,32 @@ def _sdpa_flash_cpu_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tens
                              logsumexp: Tensor, dropout_p: float, is_causal: bool, *, attn_mask: Tensor | None = None,
                              scale: Any = None) -> tuple[Tensor | None, ...]:
     return _backward(ctx, go, q, k, v, attn_mask, out, logsumexp, dropout_p, is_causal, scale)[:3]
+
+
+@converts(ATTENTION)
+def _opgraph_attention(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None,
+                       is_causal: bool, scale: Any) -> tuple[Tensor, Tensor]:
+    """(output, logsumexp; -inf for a query with nothing kept, as the op's convention); a float mask cast to the
+    query's dtype."""
+    _check_attention(q, k, v, 0.0)
+    m = _Mask(ctx, q, k, attn_mask, is_causal)
+    out, lse = ctx.g.scaled_dot_product_attention_with_logsumexp(q, k, v, m.mask, _scale(scale), m.causal)
+    return out, lse
+
+
+@converts(ATTENTION_BACKWARD)
+def _opgraph_attention_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                                attn_mask: Tensor | None, out: Tensor, logsumexp: Tensor, is_causal: bool, scale: Any,
+                                mask_grad: bool) -> tuple[Tensor | None, ...]:
+    """(dquery, dkey, dvalue, dmask): the mask's gradient in its dtype when asked for and float, else the op's
+    empty tensor."""
+    _floating(go)
+    _check_attention(q, k, v, 0.0)
+    m = _Mask(ctx, q, k, attn_mask, is_causal)
+    wanted = bool(mask_grad) and m.floating
+    grads = ctx.g.scaled_dot_product_attention_gradient(go, q, k, v, out, logsumexp, m.mask, _scale(scale),
+                                                        m.causal, mask_gradient=wanted)
+    return (*grads[:3], m.grad(grads[3]) if wanted else _traced_zeros(ctx, 3))
 
 
 @converts(aten._transformer_encoder_layer_fwd.default)
