@@ -155,3 +155,18 @@ def test_kernels_are_named_after_their_ops_for_profilers() -> None:
     (kernel,) = [k for k in exe.kernels() if k.op == "fused_region"]
     assert "def fused_region_add_layer_norm(" in (kernel.source or "")  # views left out of the name
     torch.testing.assert_close(exe.run([torch.ones(4, 8)])[0], torch.zeros(8, 4))
+
+
+def test_inputs_read_through_reshapes_load_at_the_flat_position() -> None:
+    # a reshape keeps element order: the input is loaded at the domain's flat offset, without undoing the
+    # output's div/mod index (expand_dims and size-1 dims too)
+    g = og.Graph()
+    x = g.placeholder((8, 12), og.float32, name="x")
+    b = g.placeholder((12,), og.float32, name="b")
+    y = g.expand_dims(g.reshape(g.tanh(x), (2, 4, 12)) * 2.0 + b, 0) + 1.0
+    fused = g.compile({x: x.type, b: b.type}, [y], device="cpu", descriptor=FUSED)
+    plain = g.compile({x: x.type, b: b.type}, [y], device="cpu", descriptor=PLAIN)
+    (kernel,) = [k for k in fused.kernels() if k.op == "fused_region"]
+    assert "tl.load(in0 + offs," in (kernel.source or ""), kernel.source
+    xs = [torch.randn(8, 12), torch.randn(12)]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])

@@ -232,5 +232,9 @@ INDEX_RULES: dict[OpDef, IndexRule] = {
 }
 
 
+# injective ops that keep the row-major order of elements: an element's flat position is the same on both sides
+FLAT_PRESERVING = frozenset({sh.RESHAPE, sh.RESHAPE_LIKE, sh.FLATTEN2D, rd.RESHAPE_DIMS, sh.EXPAND_DIMS, sh.SQUEEZE})
+
+
 def static_numel(shape: Sequence[Any]) -> int | None:
     return None if any(d is None for d in shape) else math.prod(shape)

@@ -236,7 +236,11 @@ class RegionEmitter:
             if op is None:
                 raise GraphError(f"%{t.name} is neither an input nor computed in the kernel")
             if op.op.fusion is FusionKind.INJECTIVE:
-                name = self.value(op.inputs[0], ix.INDEX_RULES[op.op](op, index, self.size))
+                inner = ix.INDEX_RULES[op.op](op, index, self.size)
+                flat = self._known_flat(t, index) if op.op in ix.FLAT_PRESERVING else None
+                if flat is not None and op.inputs[0].type.is_static and len(inner) == op.inputs[0].rank:
+                    self.scope.memo[_flat_key(op.inputs[0], inner)] = flat  # the same element: no div/mod
+                name = self.value(op.inputs[0], inner)
                 self.scope.memo[key] = name
                 return name
             if op.op.fusion is FusionKind.REDUCTION:
@@ -298,13 +302,26 @@ class RegionEmitter:
         return name
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
-        """The offset of ``index`` in a contiguous ``t``: the domain's flat position when ``t`` has the domain's
-        shape and is read at the domain index (no div/mod to undo), else the row-major linearisation."""
-        flat, domain = self.scope.find(("flat",)), self.scope.find(("domain",))
-        if flat is not None and domain is not None and t.shape == self.domain.shape and t.type.is_static \
-                and index == tuple(domain.split(",")):
+        """The offset of ``index`` in a contiguous ``t``: a known flat position (no div/mod to undo), else the
+        row-major linearisation."""
+        flat = self._known_flat(t, index)
+        if flat is not None:
             return flat
         return ix.linearize(index, [self.size(t, k) for k in range(t.rank)]) if t.rank else "0"
+
+    def _known_flat(self, t: Tensor, index: Index) -> str | None:
+        """The row-major position of ``index`` in ``t``'s (static) shape when already known: the domain's flat
+        position at the domain index, or one a reshape passed through (reshapes keep element order)."""
+        if not t.type.is_static or len(index) != t.rank:  # (a reduced value is read at the domain's row index)
+            return None
+        found = self.scope.find(_flat_key(t, index))
+        if found is not None:
+            return found
+        flat, domain = self.scope.find(("flat",)), self.scope.find(("domain",))
+        if flat is None or domain is None or t.shape != self.domain.shape:
+            return None
+        at = tuple(domain.split(","))  # (a name with a comma inside splits wrong: then no match)
+        return flat if len(at) == t.rank and _flat_key(t, index) == _flat_key(t, at) else None
 
     def zero(self, r_dependent: bool) -> str:
         key = ("zero", r_dependent)
@@ -682,6 +699,11 @@ def generated(op: Operation) -> bool:
     kind = op.op.fusion
     return (kind is FusionKind.ELEMENTWISE or (kind is FusionKind.INJECTIVE and op.op in ix.INDEX_RULES)
             or (kind is FusionKind.REDUCTION and op.op in REDUCTIONS))
+
+
+def _flat_key(t: Tensor, index: Index) -> tuple[Any, ...]:
+    """A memo key for ``index`` in ``t``'s static shape; size-1 dims read at any index are the same element."""
+    return ("flat of", t.shape, tuple("0" if d == 1 else e for d, e in zip(t.shape, index, strict=True)))
 
 
 def _literal(v: float | int | bool) -> str:
