@@ -1,5 +1,5 @@
 """Launch configurations of one fused normalisation kernel, timed against each other and the copy bandwidth in
-the same run: the tool behind the rules of thumb in ``codegen/triton/region.py``'s ``candidate_configs``.
+the same run: the tool behind the rules of thumb in ``codegen/triton/configs.py``'s ``candidate_configs``.
 
 For each ``--ops`` x ``--dtypes`` on (``--mib`` MiB / width, width) matrices of each ``--widths``, the region
 of ``benchmarks/fusion.py``'s norm case is emitted with every configuration worth trying: rows held in
@@ -24,8 +24,8 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
+from opgraph.codegen.triton.configs import PERSISTENT_MAX, Config
 from opgraph.codegen.triton.kernel import region_kernel, region_of
-from opgraph.codegen.triton.region import PERSISTENT_MAX, Config
 
 _spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
 assert _spec is not None and _spec.loader is not None

@@ -24,7 +24,7 @@ st = hypothesis.strategies
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 import opgraph as og  # noqa: E402
-from opgraph.codegen.triton import region as region_module  # noqa: E402
+from opgraph.codegen.triton import configs as configs_module  # noqa: E402
 from opgraph.ir.graph import Tensor  # noqa: E402
 
 FUSED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True)
@@ -168,7 +168,7 @@ def test_random_graphs_fused_match_unfused(spec: dict[str, Any]) -> None:
 @hypothesis.given(graphs())
 def test_random_graphs_with_looped_reductions(spec: dict[str, Any]) -> None:
     """Every reduction row longer than one element takes the looped kernel (statistics loops, a final loop)."""
-    with mock.patch.object(region_module, "PERSISTENT_MAX", 1):
+    with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
         _judge(spec)
 
 

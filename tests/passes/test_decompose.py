@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 import opgraph as og  # noqa: E402
-from opgraph.codegen.triton import region as region_module  # noqa: E402
+from opgraph.codegen.triton import configs as configs_module  # noqa: E402
 from opgraph.passes.decompose import decompose_for_fusion  # noqa: E402
 from opgraph.passes.fuse import FUSED_REGION  # noqa: E402
 from opgraph.passes.program import Program  # noqa: E402
@@ -127,7 +127,7 @@ def test_group_norm_broadcast_parameters(gamma_shape: tuple[int, ...]) -> None:
 def test_group_norm_looped_kernel() -> None:
     """Rows longer than ``PERSISTENT_MAX`` are walked in steps: the same region, a looped kernel."""
     g, feeds, y = _group_norm_graph((2, 6, 4, 3), 2, "gb", og.float32)
-    with mock.patch.object(region_module, "PERSISTENT_MAX", 1):
+    with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
         fused, plain = _compile(g, feeds, [y])
         (kernel,) = [k for k in fused.kernels() if k.op == "fused_region"]
         assert "for r" in (kernel.source or "")

@@ -17,7 +17,6 @@ Dynamic sizes are kernel arguments, resolved at launch from the input shapes.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,11 +30,11 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from . import indexing as ix
+from .configs import PERSISTENT_MAX, Config, candidate_configs, default_config
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .reductions import REDUCTIONS
 
 Index = tuple[str, ...]
-PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
 _NEUTRAL = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")'}
 _INT_NEUTRAL = {"sum": "0", "prod": "1", "max": "-2147483648", "min": "2147483647"}
 
@@ -55,21 +54,6 @@ class _Scope:
                 return s.memo[key]
             s = s.parent
         return None
-
-
-@dataclass(frozen=True)
-class Config:
-    """Launch configuration: flat (``block``) or reduction (``xblock`` rows by ``rblock``; ``looped``)."""
-
-    reduction: bool
-    block: int = 1024
-    xblock: int = 1
-    rblock: int = 1
-    looped: bool = False
-    num_warps: int = 4
-    split: int = 1  # programs sharing a row (a power of two): each keeps a chunk, statistics meet in memory
-    programs: int = 0  # > 0: that many programs loop over the tiles (loads of the next tile overlap this one's)
-    stages: int = 2  # software-pipelining depth of that loop
 
 
 class RegionEmitter:
@@ -745,70 +729,4 @@ def _broadcasts(shape: Sequence[int | None], to: Sequence[int | None]) -> bool:
     return all(s == 1 or s is None or d is None or s == d for s, d in zip(shape, to[lead:], strict=True))
 
 
-def default_config(em: RegionEmitter) -> Config:
-    """The first of ``candidate_configs``: what runs before (or without) tuning."""
-    return candidate_configs(em)[0]
-
-
-def candidate_configs(em: RegionEmitter) -> list[Config]:
-    """Launch configurations worth timing for this region, the heuristic choice first (rules of thumb from
-    sweeps on an H200; ``RegionKernel`` times them on first launch). Flat kernels take 1024 elements a
-    program. A reduction keeps its rows in registers up to ``PERSISTENT_MAX`` elements (8-64 a thread);
-    longer rows are walked in steps (looped) or, for float32 statistics, split across programs."""
-    if not em.reductions:
-        return [Config(reduction=False, block=1024, num_warps=4)]
-    rsizes = [em.domain.shape[k] for k in em.raxes]
-    rnumel = math.prod(d for d in rsizes if d is not None) if all(d is not None for d in rsizes) else None
-    inner_reduced = (em.domain.rank - 1) in em.raxes
-    looped = Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)
-    if not inner_reduced:  # column reductions: rows of the tile run along the contiguous dim
-        if rnumel is not None and rnumel <= 64:
-            rblock = max(2, 1 << (rnumel - 1).bit_length())
-            return [Config(reduction=True, xblock=max(1, min(128, 4096 // rblock)), rblock=rblock, num_warps=4)]
-        return [Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8),
-                Config(reduction=True, xblock=128, rblock=16, looped=True, num_warps=8)]
-    if rnumel is not None and rnumel <= PERSISTENT_MAX:
-        rblock = max(2, 1 << (rnumel - 1).bit_length())
-        xblock = max(1, min(16, 2048 // rblock))
-        per = rblock * xblock
-        out = [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=min(16, max(4, per // 512)))]
-        for warps in (4, 8, 16, 32):
-            if warps != out[0].num_warps and 4 <= per // (32 * warps) <= 64:
-                out.append(Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=warps))
-        if rblock <= 4096:
-            out.append(Config(reduction=True, xblock=xblock * 2, rblock=rblock, num_warps=out[0].num_warps))
-        if rnumel > 8192:
-            out.append(looped)
-        row_bytes = rblock * max(int(t.dtype.itemsize) for t in em.inputs) if em.inputs else 0
-        sms = _multiprocessors()
-        if rnumel >= 16384 and sms and row_bytes <= 65536:  # long 16-bit rows: a grid that pipelines row loads
-            out += [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=w, programs=2 * sms, stages=3)
-                    for w in (8, 16)]
-        return out
-    out = [looped]
-    if rnumel is not None and _splittable(em):
-        for chunk, warps in ((16384, 4), (8192, 4)):
-            split = 1 << (-(-rnumel // chunk) - 1).bit_length()
-            rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-            out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
-    return out
-
-
-def _multiprocessors() -> int:
-    """Streaming multiprocessors of the current CUDA device (0 without one, or under the interpreter)."""
-    import torch
-
-    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
-        return 0
-    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
-
-
-def _splittable(em: RegionEmitter) -> bool:
-    """Split rows across programs only on a GPU (the interpreter runs programs one at a time, so a program
-    waiting for its row's others would wait forever) and for floating statistics (the workspace is float32)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return False
-    return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in em.reductions)
-
-
-__all__ = ["PERSISTENT_MAX", "Config", "RegionEmitter", "default_config"]
+__all__ = ["PERSISTENT_MAX", "Config", "RegionEmitter", "candidate_configs", "default_config"]
