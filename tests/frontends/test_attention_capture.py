@@ -346,3 +346,45 @@ def test_bert_explain_lists_fused_attention(autocast: bool) -> None:
     assert kinds["backward"].count("scaled_dot_product_attention_gradient") == 2, kinds["backward"]
     ops, scores = _attention_ops(report.graphs)
     assert "softmax" not in ops and not scores, scores
+
+
+# ---- on CUDA (pytest -m gpu) --------------------------------------------------------------------------------
+def _train_cuda(model: nn.Module, inputs: Sequence[torch.Tensor], autocast: bool,
+                compile_it: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[GraphReport]]:
+    model = copy.deepcopy(model).cuda()
+    with recording() as reports, warnings.catch_warnings(), torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+        warnings.simplefilter("ignore")
+        out = (compiled(model) if compile_it else model)(*[t.cuda() for t in inputs])
+        out = getattr(out, "logits", out)
+        out.float().square().mean().backward()
+    grads = {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach().cpu(), grads, list(reports)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+@pytest.mark.parametrize("model_name", ["float-mask", "learned-bias", "causal-scaled", "bert"])
+def test_capture_on_cuda_matches_eager(model_name: str, autocast: bool) -> None:
+    """The CUDA path: the fused kernels (flash / memory-efficient, their backward, the autocast kernel) under the
+    captured op, outputs and gradients against eager CUDA (float32 with TF32 off)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    if model_name == "bert":
+        bert, inputs = _bert()
+        model: nn.Module = _Logits(bert)
+    else:
+        torch.manual_seed(0)
+        model, inputs = _Attend(model_name), [torch.randn(2, 9, 16), _mask()]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        got, grads, reports = _train_cuda(model, inputs, autocast, True)
+        want, want_grads, _ = _train_cuda(model, inputs, autocast, False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    _close(got, want, autocast, "output")
+    for name, g in grads.items():
+        _close(g, want_grads[name], autocast, name)
+    ops, scores = _attention_ops(reports)
+    assert {"scaled_dot_product_attention", "scaled_dot_product_attention_gradient"} <= ops, ops
+    assert not scores, scores
