@@ -144,8 +144,9 @@ def graph_scale(g: Any, q: Tensor, scale: float | None) -> float | Tensor:
     e = q.shape[-1]
     if e is not None:
         return 1.0 / math.sqrt(e) if e else 1.0
-    dim = g.gather(g.shape_of(q), g.constant(torch.tensor(q.rank - 1)))
-    return g.rsqrt(g.cast(dim, float32 if q.dtype.bits < 64 else float64))
+    size = g.gather(g.shape_of(q), g.constant(torch.tensor(q.rank - 1)))
+    dim = g.cast(size, float32 if q.dtype.bits < 64 else float64)
+    return g.select(g.equal(dim, 0.0), 1.0, g.rsqrt(dim))  # an empty head: 1, as the kernels take it
 
 
 def graph_probs(g: Any, q: Tensor, k: Tensor, mask: Tensor | None, lse: Tensor, causal: bool,
