@@ -170,3 +170,22 @@ def test_inputs_read_through_reshapes_load_at_the_flat_position() -> None:
     assert "tl.load(in0 + offs," in (kernel.source or ""), kernel.source
     xs = [torch.randn(8, 12), torch.randn(12)]
     torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
+@pytest.mark.parametrize("case", ["merged", "read_outside", "smaller"])
+def test_regions_meeting_at_an_op_merge_when_nothing_else_reads_them(case: str) -> None:
+    # two chains joined by an add: one kernel, unless the second chain's value was read by another op before
+    # (its region is sealed) or is smaller than the add's output (merging would compute it once per element)
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    y = g.placeholder((4, 8) if case != "smaller" else (8,), og.float32, name="y")
+    a = g.tanh(g.exp(x) * 2.0)
+    b = g.sigmoid(g.log(y + 3.0))
+    early = [g.sort(b, axis=-1)] if case == "read_outside" else []  # read before the add: b's region is sealed
+    outs = [g.relu(a + b), *early]
+    fused = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=FUSED)
+    plain = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=PLAIN)
+    assert _names(fused).count("fused_region") == (1 if case == "merged" else 2), _names(fused)
+    xs = [torch.randn(4, 8), torch.randn(*y.shape)]
+    for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
+        torch.testing.assert_close(got, want)

@@ -20,6 +20,7 @@ Before regions are formed, ops the generator refuses but ``passes.decompose`` wr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,27 @@ def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], t
     return region.domain is None or _fits(op.outputs[0].shape, region.domain[0])
 
 
+def _numel(t: Tensor) -> int | None:
+    return math.prod(int(d or 0) for d in t.shape) if t.type.is_static else None
+
+
+def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
+    """``other`` (the region of another input of ``op``, which joins ``into``) can be merged into ``into``: no
+    op outside it read its values yet (so no path leads back from it through outside ops), it has no reduction,
+    and its values are as large as ``op``'s (computing them inside ``into``'s kernel repeats no work)."""
+    if other.sealed or not other.ops or other.domain is not None or \
+            len(into.ops) + len(other.ops) >= MAX_REGION_OPS:
+        return False
+    size = _numel(op.outputs[0])
+    for o in other.ops:
+        t = o.outputs[0]
+        if size is None or _numel(t) != size:
+            return False
+        if into.domain is not None and not _fits(t.shape, into.domain[0]):
+            return False
+    return True
+
+
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
                  can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
@@ -117,6 +139,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     if decompose:
         program = decompose_for_fusion(program, can_fuse)
     ops = program.graph.ops
+    position = {id(o): k for k, o in enumerate(ops)}
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
@@ -135,6 +158,16 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
             if joined is None:
                 joined = len(regions)
                 regions.append(_Region())
+            else:  # producers' regions of this op's other inputs come along when nothing else reads them
+                for t in op.inputs:
+                    r2 = region_of.get(id(t.op))
+                    if r2 is not None and r2 != joined and _mergeable(regions[joined], regions[r2], op):
+                        for o in regions[r2].ops:
+                            region_of[id(o)] = joined
+                        merged = regions[joined].ops + regions[r2].ops
+                        regions[joined].ops = sorted(merged, key=lambda o: position[id(o)])
+                        regions[r2] = _Region()
+                        regions[r2].sealed = True
             region = regions[joined]
             if op.op.fusion is FusionKind.REDUCTION and region.domain is None:
                 region.domain = (op.inputs[0].shape, reduced_axes(op))
