@@ -158,7 +158,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
             if joined is None:
                 joined = len(regions)
                 regions.append(_Region())
-            else:  # producers' regions of this op's other inputs come along when nothing else reads them
+            elif op.op.fusion is not FusionKind.REDUCTION:  # producers' regions of its other inputs come along
                 for t in op.inputs:
                     r2 = region_of.get(id(t.op))
                     if r2 is not None and r2 != joined and _mergeable(regions[joined], regions[r2], op):
