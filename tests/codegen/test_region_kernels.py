@@ -620,3 +620,16 @@ def test_output_without_the_kept_dims() -> None:
     h = x * 2.0
     outs = [h, g.softmax(g.reshape(h, [1, 4]), 1)]
     compare(g, outs, {x: torch.randn(4, generator=torch.Generator().manual_seed(0))})
+
+
+@pytest.mark.parametrize("xblock,rblock", [(64, 32), (16, 128), (8, 256)])
+def test_column_sums_in_every_candidate_tile(xblock: int, rblock: int) -> None:
+    """Column reductions (bias gradients) in each tile shape the tuner may pick, ragged both ways, in bfloat16
+    through float32 as autocast graphs have them, against NumPy."""
+    gen = torch.Generator().manual_seed(3)
+    g = og.Graph()
+    x = g.placeholder((300, 40), og.bfloat16)
+    y = g.cast(g.reduce_sum(g.cast(x, og.float32), [0]), og.bfloat16)
+    v = randn((300, 40), og.bfloat16, gen, 1.0)
+    (got,) = run_region([y], {x: v}, Config(reduction=True, xblock=xblock, rblock=rblock, looped=True))
+    np.testing.assert_allclose(got.float().numpy(), v.double().numpy().sum(0), rtol=1e-2, atol=1e-1)

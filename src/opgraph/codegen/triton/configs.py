@@ -49,8 +49,15 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if rnumel is not None and rnumel <= 64:
             rblock = max(2, 1 << (rnumel - 1).bit_length())
             return [Config(reduction=True, xblock=max(1, min(128, 4096 // rblock)), rblock=rblock, num_warps=4)]
-        return [Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8),
-                Config(reduction=True, xblock=128, rblock=16, looped=True, num_warps=8)]
+        out = [Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8),
+               Config(reduction=True, xblock=128, rblock=16, looped=True, num_warps=8)]
+        ksizes = [em.domain.shape[k] for k in em.xaxes]
+        kept = math.prod(d for d in ksizes if d is not None) if None not in ksizes else None
+        sms = _multiprocessors()
+        if kept is not None and sms and kept < 64 * sms:  # few column tiles (bias gradients): narrower ones
+            out += [Config(reduction=True, xblock=16, rblock=128, looped=True, num_warps=4),
+                    Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
+        return out
     if rnumel is not None and rnumel <= PERSISTENT_MAX:
         rblock = max(2, 1 << (rnumel - 1).bit_length())
         xblock = max(1, min(16, 2048 // rblock))
