@@ -189,3 +189,20 @@ def test_regions_meeting_at_an_op_merge_when_nothing_else_reads_them(case: str) 
     xs = [torch.randn(4, 8), torch.randn(*y.shape)]
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_a_region_of_another_shape_is_not_merged() -> None:
+    # b's chain runs on (32,) and is reshaped to (4, 8) at the add: merged, its values would have no common
+    # domain with the add's and the emitter would refuse the whole region (two kernels instead)
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    y = g.placeholder((32,), og.float32, name="y")
+    a1, b1 = g.exp(x), g.sin(y)
+    a2, b2 = g.tanh(a1), g.sigmoid(b1)
+    outs = [g.relu(a2 + g.reshape(b2, (4, 8))), b1]
+    fused = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=FUSED)
+    plain = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=PLAIN)
+    assert _names(fused).count("fused_region") == 2 and "exp" not in _names(fused), _names(fused)
+    xs = [torch.randn(4, 8), torch.randn(32)]
+    for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
+        torch.testing.assert_close(got, want)

@@ -185,3 +185,14 @@ SPECS = [  # the generator builds graphs that do fuse (so the properties above a
 def test_generated_graphs_fuse(spec: dict[str, Any]) -> None:
     regions = check(spec)
     assert regions is not None and regions >= 1
+
+
+def test_patched_persistent_max_makes_looped_kernels() -> None:
+    # what test_random_graphs_with_looped_reductions relies on: the patch reaches the code generator
+    g = og.Graph()
+    x = g.placeholder((3, 5), og.float32)
+    y = g.softmax(x * 2.0, -1)
+    with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
+        exe = g.compile({x: x.type}, [y], device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
+        (kernel,) = [k for k in exe.kernels() if k.op == "fused_region"]
+    assert "for r" in (kernel.source or ""), kernel.source

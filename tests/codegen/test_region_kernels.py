@@ -633,3 +633,22 @@ def test_column_sums_in_every_candidate_tile(xblock: int, rblock: int) -> None:
     v = randn((300, 40), og.bfloat16, gen, 1.0)
     (got,) = run_region([y], {x: v}, Config(reduction=True, xblock=xblock, rblock=rblock, looped=True))
     np.testing.assert_allclose(got.float().numpy(), v.double().numpy().sum(0), rtol=1e-2, atol=1e-1)
+
+
+def test_narrow_column_tiles_are_offered_when_column_tiles_are_few() -> None:
+    from unittest import mock
+
+    from opgraph.codegen.triton import configs
+    from opgraph.codegen.triton.kernel import region_of
+    from opgraph.codegen.triton.region import RegionEmitter
+
+    def tiles(cols: int) -> list[tuple[int, int]]:
+        g = og.Graph()
+        x = g.placeholder((4096, cols), og.float32)
+        y = g.reduce_sum(x, [0])
+        ops, ins = region_of([y])
+        with mock.patch.object(configs, "_multiprocessors", lambda: 132):
+            return [(c.xblock, c.rblock) for c in configs.candidate_configs(RegionEmitter(ops, ins, [y]))]
+
+    assert (8, 256) in tiles(768) and (16, 128) in tiles(768)  # 12 tiles of 64 columns on 132 SMs
+    assert (8, 256) not in tiles(64 * 132)  # enough 64-column tiles already

@@ -110,15 +110,16 @@ def _numel(t: Tensor) -> int | None:
 
 def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
     """``other`` (the region of another input of ``op``, which joins ``into``) can be merged into ``into``: no
-    op outside it read its values yet (so no path leads back from it through outside ops), it has no reduction,
-    and its values are as large as ``op``'s (computing them inside ``into``'s kernel repeats no work)."""
+    op outside it read its values yet (so no path leads back from it through outside ops, and ``depends`` needs
+    no update), it has no reduction, and its values have ``op``'s shape (one common domain; computed once per
+    element, as a value inside one region is, unless an op reads it at another index)."""
     if other.sealed or not other.ops or other.domain is not None or \
             len(into.ops) + len(other.ops) >= MAX_REGION_OPS:
         return False
     size = _numel(op.outputs[0])
     for o in other.ops:
         t = o.outputs[0]
-        if size is None or _numel(t) != size:
+        if size is None or _numel(t) != size or not _fits(t.shape, op.outputs[0].shape):
             return False
         if into.domain is not None and not _fits(t.shape, into.domain[0]):
             return False

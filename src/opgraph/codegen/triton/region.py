@@ -30,7 +30,7 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from . import indexing as ix
-from .configs import PERSISTENT_MAX, Config, candidate_configs, default_config
+from .configs import Config, candidate_configs, default_config
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .reductions import REDUCTIONS
 
@@ -729,4 +729,4 @@ def _broadcasts(shape: Sequence[int | None], to: Sequence[int | None]) -> bool:
     return all(s == 1 or s is None or d is None or s == d for s, d in zip(shape, to[lead:], strict=True))
 
 
-__all__ = ["PERSISTENT_MAX", "Config", "RegionEmitter", "candidate_configs", "default_config"]
+__all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]

@@ -183,7 +183,11 @@ def _register() -> None:
     forward.register_autograd(_backward, setup_context=_setup_context)
     for device_type in _AUTOCAST_DEVICES:
         if _autocast_available(device_type):  # torch.library keeps these registrations alive
-            torch.library.impl(f"{NAMESPACE}::attention", _autocast_key(device_type), _autocast_kernel(device_type))
+            try:
+                torch.library.impl(f"{NAMESPACE}::attention", _autocast_key(device_type),
+                                   _autocast_kernel(device_type))
+            except (AttributeError, RuntimeError):  # a torch without that key: inputs then keep their dtypes
+                continue
 
 
 _register()
