@@ -206,3 +206,14 @@ def test_a_region_of_another_shape_is_not_merged() -> None:
     xs = [torch.randn(4, 8), torch.randn(32)]
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_an_input_reached_through_two_paths_is_loaded_once() -> None:
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    y = g.exp(x) + g.reshape(g.tanh(g.reshape(x, (32,))), (4, 8))
+    fused = g.compile({x: x.type}, [y], device="cpu", descriptor=FUSED)
+    (kernel,) = [k for k in fused.kernels() if k.op == "fused_region"]
+    assert (kernel.source or "").count("tl.load(") == 1, kernel.source
+    v = torch.randn(4, 8)
+    torch.testing.assert_close(fused.run([v])[0], torch.exp(v) + torch.tanh(v))

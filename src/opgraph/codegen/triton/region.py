@@ -278,8 +278,12 @@ class RegionEmitter:
         reg = compute_type(t.dtype)
         if reg != storage_type(t.dtype):
             load = f"{load}.to({reg})"
+        found = self.scope.find(("load", load))  # the same element reached through another path
+        if found is not None:
+            return found
         name = self.fresh("x")
         self.emit(f"{name} = {load}")
+        self.scope.memo[("load", load)] = name
         if r_dep:
             self.rdep.add(name)
         self.xdep.add(name)
