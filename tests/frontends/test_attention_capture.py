@@ -388,3 +388,17 @@ def test_capture_on_cuda_matches_eager(model_name: str, autocast: bool) -> None:
     ops, scores = _attention_ops(reports)
     assert {"scaled_dot_product_attention", "scaled_dot_product_attention_gradient"} <= ops, ops
     assert not scores, scores
+
+
+def test_capture_can_be_switched_off() -> None:
+    # options={"capture_attention": False}: Dynamo's call is left to AOTAutograd (a learned bias then takes
+    # PyTorch's math attention, decomposed), and the results still match eager
+    torch.manual_seed(0)
+    model, x = _Attend("learned-bias"), torch.randn(2, 9, 16)
+    torch._dynamo.reset()
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.compile(copy.deepcopy(model), backend="opgraph", options={"capture_attention": False})(x, _mask())
+    ops, _ = _attention_ops(list(reports))
+    assert "scaled_dot_product_attention" not in ops, ops
+    torch.testing.assert_close(got, model(x, _mask()), rtol=1e-4, atol=1e-5)

@@ -40,6 +40,7 @@ class TorchOptions:
     triton_interpret: bool = False
     optimization_level: int = 1
     warn_fallbacks: bool = True
+    capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
@@ -184,7 +185,8 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     def backward(g: torch.fx.GraphModule, xs: Sequence[Any]) -> Callable[..., Any]:
         return compile_fx(g, xs, opts, "backward")
 
-    capture_attention(gm)  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
+    if opts.capture_attention:  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
+        capture_attention(gm)
     decompositions = core_aten_decompositions()
     # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math
     decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
