@@ -19,7 +19,7 @@ these converters reproduce the CPU ones.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -225,24 +225,22 @@ def _embedding_bag_impl(ctx: ConvertContext, weight: Tensor, indices: Tensor, of
     return (out, *(_cast(ctx, t, _want(ctx, i + 1, int64)) for i, t in enumerate(results)))
 
 
-@converts(aten._embedding_bag.default)
-def _embedding_bag(ctx: ConvertContext, weight: Tensor, indices: Tensor, offsets: Tensor,
-                   scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
-                   per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
-                   padding_idx: int = -1) -> tuple[Tensor, ...]:
-    """(output, offset2bag, bag_size, max_indices); the forward ignores ``scale_grad_by_freq`` and ``sparse``."""
-    return _embedding_bag_impl(ctx, weight, indices, offsets, mode, per_sample_weights, bool(include_last_offset),
-                               padding_idx, requires_grad=True)
+def _embedding_bag_converter(requires_grad: bool) -> Callable[..., tuple[Tensor, ...]]:
+    """(output, offset2bag, bag_size, max_indices); the forward ignores ``scale_grad_by_freq`` and ``sparse``.
+    The forward-only op differs in one output: a sum's bag_size (unused without a backward) has one entry per
+    offset."""
+
+    def convert(ctx: ConvertContext, weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq: bool = False,
+                mode: int = 0, sparse: bool = False, per_sample_weights: Tensor | None = None,
+                include_last_offset: bool = False, padding_idx: int = -1) -> tuple[Tensor, ...]:
+        return _embedding_bag_impl(ctx, weight, indices, offsets, mode, per_sample_weights, bool(include_last_offset),
+                                   padding_idx, requires_grad=requires_grad)
+
+    return convert
 
 
-@converts(aten._embedding_bag_forward_only.default)
-def _embedding_bag_forward_only(ctx: ConvertContext, weight: Tensor, indices: Tensor, offsets: Tensor,
-                                scale_grad_by_freq: bool = False, mode: int = 0, sparse: bool = False,
-                                per_sample_weights: Tensor | None = None, include_last_offset: bool = False,
-                                padding_idx: int = -1) -> tuple[Tensor, ...]:
-    """As ``_embedding_bag``, except that a sum's bag_size (not needed by a backward) has one entry per offset."""
-    return _embedding_bag_impl(ctx, weight, indices, offsets, mode, per_sample_weights, bool(include_last_offset),
-                               padding_idx, requires_grad=False)
+converts(aten._embedding_bag.default)(_embedding_bag_converter(requires_grad=True))
+converts(aten._embedding_bag_forward_only.default)(_embedding_bag_converter(requires_grad=False))
 
 
 def _given_bags(ctx: ConvertContext, indices: Tensor, offsets: Tensor, offset2bag: Tensor) -> Tensor:
