@@ -115,7 +115,21 @@ def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None
     wv = torch.randn(width, device="cuda")
     args = [xv if t is x else wv if t is w else t.op.payload.cuda() for t in ins]
     plain = g.compile({x: x.type, w: w.type}, [y], device="cuda", descriptor=PLAIN)
-    torch.testing.assert_close(kernel(*args)[0], plain.run([xv, wv])[0], rtol=1e-4, atol=1e-4, equal_nan=True)
+    g64 = og.Graph()  # the oracle: the same ops unfused in float64
+    x64, w64 = g64.placeholder((rows, width), og.float64), g64.placeholder((width,), og.float64)
+    y64 = CASES[case](g64, x64, w64)
+    (truth,) = g64.compile({x64: x64.type, w64: w64.type}, [y64], device="cuda", descriptor=PLAIN).run(
+        [xv.double(), wv.double()])
+    got, want = kernel(*args)[0].double(), plain.run([xv, wv])[0].double()
+    assert torch.equal(got.isnan(), truth.isnan()) and torch.equal(got.isinf(), truth.isinf())
+    finite = truth.isfinite()
+
+    def row_error(t: torch.Tensor) -> torch.Tensor:
+        return torch.where(finite, (t - truth).abs(), 0.0).amax(dim=-1)
+
+    # per row, the fused rounding error stays within a few times the unfused float32 result's (the offset row
+    # loses digits to cancellation in both)
+    assert (row_error(got) <= 4 * row_error(want) + 1e-4).all(), (row_error(got), row_error(want))
 
 
 INJECTIVE: dict[str, Callable[..., og.Tensor]] = {

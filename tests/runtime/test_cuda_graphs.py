@@ -99,15 +99,54 @@ def test_static_inputs_are_read_in_place_and_recaptured_when_moved() -> None:
     w.mul_(3.0)  # changed in place: the replay reads the new values (nothing copied)
     torch.testing.assert_close(exe.run([x, w])[0], want(w))
     assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0]
-    for k in range(3):  # another tensor at the static input: captured again, still right
+    for k in range(3):  # another tensor at the static input: captured again once, with that input copied
         other = torch.randn(8, device="cuda")
         torch.testing.assert_close(exe.run([x, other])[0], want(other))
         assert exe.cuda_graph_status == "on", k
-    other = torch.randn(8, device="cuda")  # the fourth move: op by op from now on
-    torch.testing.assert_close(exe.run([x, other])[0], want(other))
-    assert exe.cuda_graph_status.startswith("off: static inputs changed")
-    strided = torch.randn(16, device="cuda")[::2]  # other strides take the same path
+        assert [i for _, i in exe._cuda_graph.copied] == [0, 1] and exe._recaptures == 1
+    strided = torch.randn(16, device="cuda")[::2]  # other strides: copied as well
     torch.testing.assert_close(exe.run([x, strided])[0], want(strided))
+    assert exe._recaptures == 1
+
+
+def test_inputs_that_move_together_cost_one_capture() -> None:
+    exe = _scaled([0, 1])
+    for _ in range(5):  # both static inputs move on the second run: both copied from then on, one capture more
+        x, w = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
+        torch.testing.assert_close(exe.run([x, w])[0], x.exp() * w + 1.0)
+    assert exe.cuda_graph_status == "on" and exe._recaptures == 1
+    assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0, 1]
+
+
+def test_outputs_are_lent_and_copied_once_a_caller_keeps_them() -> None:
+    """A replay returns the graph's own output buffers; a run while the caller still holds the last replay's
+    outputs is captured again (the held result survives), and those outputs are copied out from then on."""
+    g = og.Graph()
+    x = g.placeholder((64,), og.float32, name="x")
+    exe = g.compile({x: x.type}, [g.exp(x) * 2.0, g.reduce_sum(x, 0)], device="cuda")
+    xs = [torch.randn(64, device="cuda") for _ in range(6)]
+    want = lambda a: [a.exp() * 2.0, a.sum()]  # noqa: E731
+    ptrs = []
+    for a in xs[:3]:  # dropped after use: the same buffers every replay
+        got = exe.run([a])
+        torch.testing.assert_close(got, want(a))
+        ptrs.append(got[0].data_ptr())
+        del got
+    assert exe.cuda_graph_status == "on" and len(set(ptrs)) == 1 and not exe._copied_outputs
+    kept = exe.run([xs[3]])[1]  # the caller keeps the sum
+    later = exe.run([xs[4]])  # a replay would overwrite it: captured again
+    torch.testing.assert_close(kept, xs[3].sum())
+    torch.testing.assert_close(later, want(xs[4]))
+    assert exe._copied_outputs == {1} and exe._recaptures == 1 and exe.cuda_graph_status == "on"
+    del later
+    again = exe.run([xs[5]])  # a replay: the sum copied out, the product lent
+    torch.testing.assert_close(again, want(xs[5]))
+    kept, lent = again[1], again[0].data_ptr()
+    del again
+    last = exe.run([xs[0]])  # the kept copy does not stop the replay
+    torch.testing.assert_close(last, want(xs[0]))
+    torch.testing.assert_close(kept, xs[5].sum())
+    assert lent == last[0].data_ptr() and exe._recaptures == 1  # the new capture's buffer, lent again
 
 
 def test_static_inputs_lift_the_copy_cost_limit() -> None:

@@ -206,11 +206,13 @@ def _gather_nd_rule(a: GatherNDAttrs, ins: tuple[TensorType, ...]) -> TensorType
 
 
 def _nd_linear(idx: torch.Tensor, sizes: Sequence[int], what: str, check: bool) -> torch.Tensor:
-    """Row-major linear offsets of the index vectors in ``idx[..., K]`` into dims ``sizes``."""
-    lim = torch.tensor(list(sizes), dtype=torch.int64, device=idx.device)
-    idx = _checked(idx, lim, what, check)
-    strides = torch.tensor([_prod(sizes[k + 1:]) for k in range(len(sizes))], dtype=torch.int64, device=idx.device)
-    return (idx * strides).sum(-1)
+    """Row-major linear offsets of the index vectors in ``idx[..., K]`` into dims ``sizes``. Sizes and strides
+    stay Python ints: a tensor made from them would be a host-to-device copy, which a CUDA-graph capture refuses."""
+    idx = idx.long()
+    lin = idx.new_zeros(idx.shape[:-1])
+    for k, size in enumerate(sizes):
+        lin = lin + _checked(idx[..., k], size, what, check) * _prod(sizes[k + 1:])
+    return lin
 
 
 def _gather_nd_lower(ctx: LowerContext) -> Callable[..., Any]:

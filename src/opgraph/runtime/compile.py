@@ -38,9 +38,11 @@ class CompilationDescriptor:
     ``cuda_graphs``: on CUDA, an executable whose input types are all static captures its whole run into
     a CUDA graph on the first run and replays it afterwards (variables are updated in place, so replays
     see each other's assigns). A replay copies the inputs into the graph's buffers (except those declared
-    with ``exe.mark_static_inputs``, read in place) and copies the outputs out: where those copies cost more
-    than the launches a replay saves it runs op by op, and where they are a fair share of it the next two
-    runs time a replay against an op-by-op run and keep the faster. An executable that cannot be captured
+    with ``exe.mark_static_inputs``, read in place) and returns the graph's own output buffers; a run while
+    the caller still holds outputs of the last replay (replaying would overwrite them) captures again and
+    copies those outputs out from then on. Where the copies cost more than the launches a replay saves it
+    runs op by op, and where they are a fair share of it the next two runs time a replay against an
+    op-by-op run and keep the faster. An executable that cannot be captured
     (an op that synchronises with the host, such as checked gather indices fed at run time) runs op by op;
     ``exe.cuda_graph_status`` says which and why.
     ``fusion``: matmul bias/activation epilogues go into the vendor GEMM, and regions of elementwise,

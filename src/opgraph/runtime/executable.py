@@ -58,6 +58,7 @@ class Executable:
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()
         self._recaptures = 0
+        self._copied_outputs: set[int] = set()  # outputs a replay copies out (found still held by a later run)
         self._copy_bound = False  # capture declined: replays would copy more than launches save
         self._trial: list[float] | None = None  # while deciding: seconds of a timed replay, then op by op
         self.cuda_graph_status = "off"
@@ -139,7 +140,8 @@ class Executable:
         """Declare the inputs at ``indices`` (feed order) to be the same tensors on every run, such as a model's
         parameters and buffers (their values may change in place): a CUDA-graph capture reads them where they
         are instead of copying them into its own buffers on every replay. A run that passes another tensor
-        there (other storage or strides) is captured again; after three such runs the executable runs op by op.
+        there (other storage or strides) is captured again, with the inputs that moved copied from then on;
+        after three captures more the executable runs op by op.
 
         >>> import opgraph as og
         >>> g = og.Graph(); x = g.placeholder((4,), og.float32); w = g.placeholder((4,), og.float32)
@@ -155,7 +157,12 @@ class Executable:
             self.cuda_graph_status = "pending (captured on the next run)"
 
     def _recapture(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """A static input moved: capture again, or give up graphs after three moves."""
+        """A static input moved or the caller holds outputs of the last replay: capture again, with the inputs
+        that moved and the outputs held copied from now on (or give up graphs after three captures more)."""
+        assert self._cuda_graph is not None
+        moved = {i for i, ptr, stride in self._cuda_graph.static if args[i].data_ptr() != ptr or
+                 args[i].stride() != stride}
+        self._static_inputs = self._static_inputs - moved
         self._cuda_graph = None
         self._recaptures += 1
         if self._recaptures > 3:
@@ -192,7 +199,8 @@ class Executable:
         variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
         launches = len(self.kernels())
         copied = sum(a.numel() * a.element_size() for i, a in enumerate(args) if i not in self._static_inputs) + sum(
-            math.prod(int(d or 0) for d in t.shape) * t.dtype.itemsize for t in self.output_types_)
+            math.prod(int(d or 0) for d in self.output_types_[k].shape) * self.output_types_[k].dtype.itemsize
+            for k in self._copied_outputs)
         self._copy_bound = launches > 0 and copied / COPY_BYTES_PER_US > launches * LAUNCH_US
         if launches == 0 or self._copy_bound:  # replays copy inputs and outputs
             self._cuda_graph = None
@@ -201,7 +209,7 @@ class Executable:
             return
         try:
             self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device,
-                                           self._static_inputs)
+                                           self._static_inputs, self._copied_outputs)
             # cheap copies: keep the graph; else measure (a device-bound run gains nothing from replays)
             self._trial = [] if copied / COPY_BYTES_PER_US > TRIAL_SHARE * launches * LAUNCH_US else None
             self.cuda_graph_status = "on"
@@ -360,35 +368,77 @@ TRIAL_SHARE = 0.1  # replays whose copies cost more than this share of the launc
 
 
 class CapturedRun:
-    """A generated function captured into a CUDA graph: inputs are copied into static buffers, the graph
-    is replayed, and the outputs are returned as copies (the next replay overwrites the static ones).
-    ``static`` inputs (parameters) are read where they were at capture: a replay checks that the caller
-    passes the same data pointer and strides there (``replay`` returns None otherwise), so a replay reads
-    exactly the memory of the tensor the caller passed."""
+    """A generated function captured into a CUDA graph. Inputs are copied into static buffers, except ``static``
+    ones (parameters), read where they were at capture: a replay checks that the caller passes the same data
+    pointer and strides there (``replay`` returns None otherwise), so it reads exactly the memory of the tensor
+    the caller passed.
+
+    Outputs are lent, not copied: a replay returns aliases of the graph's own output buffers, which the next
+    replay overwrites. So a replay first checks (storage use counts) that no alias of the last outputs is still
+    held; where one is, ``replay`` adds those outputs to ``copied_outputs`` and returns None: the executable
+    captures again (the held buffers stay with the caller) and copies them out from then on (a loss kept across
+    steps, gradients accumulated in place; not the activations a backward graph reads and frees). Outputs that
+    alias a static input are lent unchecked (replays never write them); those that alias a variable are copied."""
 
     def __init__(self, fn: Any, args: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
-                 variables: Sequence[str], device: torch.device, static: frozenset[int] = frozenset()) -> None:
-        self.inputs = [a if i in static else a.clone() for i, a in enumerate(args)]
+                 variables: Sequence[str], device: torch.device, static: frozenset[int] = frozenset(),
+                 copied_outputs: set[int] | None = None) -> None:
+        inputs = [a if i in static else a.clone() for i, a in enumerate(args)]
+        # static inputs are not held after the capture: the replay reads whatever tensor the caller passes at
+        # the same pointer and strides (holding them would keep a forward's lent activations held)
         self.static = [(i, a.data_ptr(), a.stride()) for i, a in enumerate(args) if i in static]
-        self.copied = [(b, i) for i, b in enumerate(self.inputs) if i not in static]
+        self.copied = [(b, i) for i, b in enumerate(inputs) if i not in static]
         # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
         # must not apply the run's assigns
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             scratch = {name: state[name].clone() for name in variables}
-            fn(*self.inputs, S=scratch)
+            fn(*inputs, S=scratch)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.outputs = fn(*self.inputs)  # recorded, not run: the first replay runs it
+            self.outputs: list[torch.Tensor] = fn(*inputs)  # recorded, not run: the first replay runs it
+        del inputs
+        self.copied_outputs = copied_outputs if copied_outputs is not None else set()  # shared across captures
+        external = {a.untyped_storage().data_ptr() for i, a in enumerate(args) if i in static}
+        variable = {state[name].untyped_storage().data_ptr() for name in variables}
+        # per storage the graph writes: its use count while only this object holds it, the outputs in it
+        self._storages: list[torch.UntypedStorage] = []
+        self._checks: list[tuple[int, int, list[int]]] = []
+        by_ptr: dict[int, list[int]] = {}
+        for k, t in enumerate(self.outputs):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in variable or _USE_COUNT is None:
+                self.copied_outputs.add(k)
+            elif ptr not in external:
+                by_ptr.setdefault(ptr, []).append(k)
+        for ks in by_ptr.values():
+            storage = self.outputs[ks[0]].untyped_storage()
+            self._storages.append(storage)  # held: its cdata stays valid
+            self._checks.append((storage._cdata, 0, ks))
+        self._checks = [(c, _use_count(c), ks) for c, _, ks in self._checks]
 
     def replay(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         for i, ptr, stride in self.static:
             a = args[i]
             if a.data_ptr() != ptr or a.stride() != stride:
                 return None
+        held = [ks for cdata, base, ks in self._checks if _use_count(cdata) > base]
+        if held:  # replaying would overwrite outputs the caller still holds
+            for ks in held:
+                self.copied_outputs.update(ks)
+            return None
         for buffer, i in self.copied:
             buffer.copy_(args[i], non_blocking=True)
         self.graph.replay()
-        return [t.clone() for t in self.outputs]
+        copied = self.copied_outputs
+        return [t.clone() if k in copied else t.detach() for k, t in enumerate(self.outputs)]
+
+
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # None: outputs are always copied
+
+
+def _use_count(cdata: int) -> int:
+    assert _USE_COUNT is not None
+    return int(_USE_COUNT(cdata))

@@ -127,6 +127,8 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     if kind != "backward":  # parameters and buffers: CUDA-graph replays read them in place
         static = _static_input_indices()
         exe.mark_static_inputs([k for k, i in enumerate(tr.tensor_inputs) if i in static])
+    else:  # activations saved by a replayed forward stay in its buffers: read in place until one moves
+        exe.mark_static_inputs(range(len(tr.tensor_inputs)))
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
     return _boxed(exe, tr)
