@@ -11,8 +11,10 @@ already read by an op outside it (the fused op stands where the region's last op
 outside readers would come first), (3) none of its other inputs depends on that region (a cycle), and
 (4) it fits the region's domain: all reductions of a region reduce the same input shape over the same
 axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
-region, so no work is duplicated. Views at a region's end are left to PyTorch (free there), and a
-region needs two computing ops, or a normalisation (softmax, norms), to be worth a kernel.
+region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its readers first
+(recomputing it costs less than writing it and reading it back). Views at a region's end are left to
+PyTorch (free there), and a region needs two computing ops, or a normalisation (softmax, norms), to be worth
+a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
 (group_norm, softmax_cross_entropy) are rewritten, so they fuse too (only here: with fusion on).
@@ -30,8 +32,13 @@ from ..ir.opdef import FusionKind, OpDef, op_by_name
 from ..ops.registry import attrs
 from .decompose import decompose_for_fusion
 from .program import Program
+from .recompute import recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
+MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
+# ... and only these, a few instructions each (no transcendental functions)
+_ARITHMETIC = frozenset({"add", "subtract", "multiply", "divide", "negative", "maximum", "minimum", "select", "cast",
+                         "abs", "square", "reciprocal", "rsqrt", "sqrt"})
 
 
 @attrs
@@ -100,7 +107,8 @@ def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], t
         sig = (op.inputs[0].shape, reduction(op))
         if region.domain is not None:
             return region.domain == sig
-        return all(_fits(o.outputs[0].shape, sig[0]) for o in region.ops)
+        size = math.prod(int(d or 0) for d in sig[0])
+        return all(_fits(o.outputs[0].shape, sig[0]) or _small_value(o, size) for o in region.ops)
     return region.domain is None or _fits(op.outputs[0].shape, region.domain[0])
 
 
@@ -111,34 +119,52 @@ def _numel(t: Tensor) -> int | None:
 def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
     """``other`` (the region of another input of ``op``, which joins ``into``) can be merged into ``into``: no
     op outside it read its values yet (so no path leads back from it through outside ops, and ``depends`` needs
-    no update), it has no reduction, and its values have ``op``'s shape (one common domain; computed once per
-    element, as a value inside one region is, unless an op reads it at another index)."""
+    no update), it has no reduction, and its values broadcast into ``op``'s static shape (one common domain: a
+    value of that shape is computed once per element; up to ``MAX_RECOMPUTED_SMALL_OPS`` arithmetic ops on a
+    smaller one, such as a per-channel product expanded for broadcasting, are recomputed where it is read, which
+    costs less than a kernel of their own; views of smaller values on the way there are index rules)."""
     if other.sealed or not other.ops or other.domain is not None or \
             len(into.ops) + len(other.ops) >= MAX_REGION_OPS:
         return False
     size = _numel(op.outputs[0])
+    if size is None:
+        return False
+    recomputed = [o for o in other.ops if _small_value(o, size) and o.op.fusion is FusionKind.ELEMENTWISE]
+    if len(recomputed) > MAX_RECOMPUTED_SMALL_OPS or any(o.op.name not in _ARITHMETIC for o in recomputed):
+        return False
     for o in other.ops:
         t = o.outputs[0]
-        if size is None or _numel(t) != size or not _fits(t.shape, op.outputs[0].shape):
-            return False
-        if into.domain is not None and not _fits(t.shape, into.domain[0]):
+        if _small_value(o, size):
+            continue
+        if not _fits(t.shape, op.outputs[0].shape) or (into.domain is not None and not _fits(t.shape, into.domain[0])):
             return False
     return True
+
+
+def _small_value(o: Operation, size: int) -> bool:
+    """An elementwise op or a view on values smaller than the region's (a per-channel product, ``(C,)`` ->
+    ``(1, C, 1, 1)``): the generator reaches it through the index rules from its reader and computes it there,
+    so it need not fit the region's domain itself."""
+    n = _numel(o.outputs[0])
+    return o.op.fusion in (FusionKind.INJECTIVE, FusionKind.ELEMENTWISE) and n is not None and n < size
 
 
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
                  can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
-                 decompose: bool = True) -> Program:
+                 decompose: bool = True, recompute: bool = True) -> Program:
     """Replace each region of connected fusable ops (two or more that compute) by one ``fused_region`` op.
 
     ``can_fuse(op)``: the code generator can write the op (elementwise, injective or reduction, at its dtypes);
     ``reduced_axes(op)``: the input axes a reduction op reduces; ``can_emit(ops, inputs, outputs)``: a formed
     region's kernel can be written (a region that cannot is left unfused). ``decompose``: first rewrite the ops
     the generator refuses but ``passes.decompose`` can write with ops it accepts (group_norm, cross entropy).
+    ``recompute``: first copy cheap producers read by several fusable ops into each (``passes.recompute``).
     """
     if decompose:
         program = decompose_for_fusion(program, can_fuse)
+    if recompute:
+        program = recompute_cheap_producers(program, can_fuse)
     ops = program.graph.ops
     position = {id(o): k for k, o in enumerate(ops)}
     region_of: dict[int, int] = {}  # id(op) -> region number

@@ -1,0 +1,143 @@
+"""Recomputation for fusion: a cheap producer read by several fusable ops is copied into each reader.
+
+Region formation (``passes.fuse``) puts each op in one region, so a value read by two regions is written to
+memory by one and read back by both. Where recomputing is cheaper than that round trip, this pass gives every
+reader its own copy of the producer, which then fuses into the reader's region: batch-norm's gradient reads
+``x - mean`` in its weight-gradient reduction and in its input gradient; a standalone subtract writes it and
+both read it back (four passes over a full tensor), the copies read ``x`` twice (two passes).
+
+Counted in passes over the producer's element count: materialised, the producer reads its ``F`` inputs of its
+own size (smaller ones broadcast and are cheap), writes once, and its ``k`` readers read it: ``F + 1 + k``;
+recomputed, each of ``k`` copies reads the ``F`` inputs: ``F * k``. A producer is copied when that is fewer
+(``F <= 1`` always; two full-size inputs for two readers), its readers all fuse, and its value is not an
+output of the program (that write stays anyway). Readers are visited before producers, so a chain of cheap
+producers (``expand_dims`` of a mean, then the subtract) is copied link by link.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.opdef import FusionKind
+from .dce import dead_code_elimination
+from .program import Program, rewrite
+
+_CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
+_FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+_MAX_PAIRS_READERS = 8
+_LINK_DEPTH = 12  # ops followed from one reader to another (batch-norm's gradient links within about 8)
+
+
+def _numel(t: Tensor) -> int | None:
+    return math.prod(int(d or 0) for d in t.shape) if t.type.is_static else None
+
+
+def _reaches(start: Operation, goal: Operation, readers: dict[int, list[Operation]]) -> bool:
+    """``goal`` reads (transitively, through fusable ops, within a few steps) what ``start`` computes."""
+    frontier, seen = [start], {id(start)}
+    for _ in range(_LINK_DEPTH):
+        nxt = []
+        for o in frontier:
+            for r in readers.get(id(o), []):
+                if r is goal:
+                    return True
+                if id(r) not in seen and r.op.fusion in _FUSABLE:
+                    seen.add(id(r))
+                    nxt.append(r)
+        frontier = nxt
+    return False
+
+
+def _linked(rs: list[Operation], original: dict[int, list[Operation]]) -> bool:
+    """The readers cannot all share one region: one reads what another computes (a reduction, then its use:
+    region formation seals or splits there), or they are copies of one op already bound for different regions."""
+    if len({id(r) for r in rs}) < len(rs):
+        return True
+    if len(rs) > _MAX_PAIRS_READERS:  # many independent readers: not worth the search
+        return False
+    return any(a is not b and _reaches(a, b, original) for a in rs for b in rs)
+
+
+def _worth_copying(op: Operation, readers: list[Operation], original: dict[int, list[Operation]],
+                   outputs: set[int], can_fuse: Callable[[Operation], bool]) -> bool:
+    if op.op.fusion not in _CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
+        return False
+    out = op.outputs[0]
+    size = _numel(out)
+    if size is None or id(out) in outputs or len(readers) < 2:
+        return False
+    if any(r.op.fusion not in _FUSABLE or len(r.outputs) != 1 or not can_fuse(r) for r in readers):
+        return False
+    full = len({id(t) for t in op.inputs if _numel(t) == size})
+    return full * len(readers) < full + 1 + len(readers) and _linked(readers, original)
+
+
+def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], bool]) -> Program:
+    """``program`` with each cheap producer that several fusable ops read copied into every reader (see the
+    module docstring); ``can_fuse(op)``: the code generator can write the op."""
+    ops = program.graph.ops
+    outputs = {id(t) for t in program.outputs}
+    readers: dict[int, list[Operation]] = {}  # id(op) -> the distinct ops reading its output, after copying
+    for op in ops:
+        for producer in {id(t.op): t.op for t in op.inputs}.values():
+            readers.setdefault(id(producer), []).append(op)
+    original = {k: list(v) for k, v in readers.items()}
+    copied: set[int] = set()
+    for op in reversed(ops):  # readers first: a copied reader makes its producers' readers the copies
+        if _worth_copying(op, readers.get(id(op), []), original, outputs, can_fuse):
+            copied.add(id(op))
+            k = len(readers[id(op)])
+            for producer in {id(t.op): t.op for t in op.inputs}.values():
+                rs = readers[id(producer)]
+                rs.remove(op)
+                rs.extend([op] * k)  # stands for the k copies (only the count and kinds matter)
+    if not copied:
+        return program
+    names = {o.name for o in ops}
+
+    def fresh(base: str, g: GraphCore) -> str:
+        k = 1
+        while f"{base}.r{k}" in names or f"{base}.r{k}" in g._names:
+            k += 1
+        return f"{base}.r{k}"
+
+    def copy_of(t: Tensor, mapping: dict[int, Tensor], g: GraphCore) -> Tensor:
+        """``t`` as a reader sees it: a fresh copy of its producer (and of the copied producers under it)."""
+        if id(t.op) not in copied:
+            return mapping[id(t)]
+        p = t.op
+        ins = [copy_of(u, mapping, g) for u in p.inputs]
+        return g._add_op(p.op, ins, p.attrs, fresh(p.name, g), None, [p.outputs[0].type]).outputs[0]
+
+    mapping: dict[int, Tensor] = {}
+
+    def visit(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | None:
+        if not any(id(t.op) in copied for t in op.inputs):
+            return None
+        local: dict[int, Tensor] = {}  # one copy per value for this reader, even if read twice
+        new_ins = []
+        for t, mapped in zip(op.inputs, ins, strict=True):
+            if id(t.op) in copied:
+                if id(t) not in local:
+                    local[id(t)] = copy_of(t, mapping, g)
+                new_ins.append(local[id(t)])
+            else:
+                new_ins.append(mapped)
+        return g._add_op(op.op, new_ins, op.attrs, op.name, op.payload, [t.type for t in op.outputs])
+
+    def track(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | None:
+        result = visit(op, ins, g)
+        if result is None:
+            same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
+            types = [t.type for t in op.outputs] if same else None
+            result = g._add_op(op.op, ins, op.attrs, op.name, op.payload, types)
+        for old, new in zip(op.outputs, result.outputs, strict=True):
+            mapping[id(old)] = new
+        return result
+
+    return dead_code_elimination(rewrite(program, track))
+
+
+__all__ = ["recompute_cheap_producers"]

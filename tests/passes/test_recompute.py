@@ -1,0 +1,93 @@
+"""Recomputation for fusion (``passes.recompute``): a cheap producer read by fusable ops that cannot share one
+region is copied into each, so it fuses there instead of being written and read back. Batch-norm's gradient
+pattern against the unfused executable (Triton's interpreter), and the cost rule's refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.fused import can_fuse  # noqa: E402
+from opgraph.passes.program import Program  # noqa: E402
+from opgraph.passes.recompute import recompute_cheap_producers  # noqa: E402
+
+FUSED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True)
+PLAIN = og.CompilationDescriptor(fusion=False)
+
+
+def _bn_gradient(g: og.Graph) -> tuple[list[og.Tensor], og.Tensor, og.Tensor]:
+    """The input and weight gradients of batch norm over (N, C, H, W), as autodiff writes them: ``x - mean`` is
+    read by the weight-gradient reduction and by the input gradient that uses the reduction's result."""
+    x = g.placeholder((4, 3, 5, 6), og.float32, name="x")
+    dy = g.placeholder((4, 3, 5, 6), og.float32, name="dy")
+    mean = g.placeholder((3,), og.float32, name="mean")
+    invstd = g.placeholder((3,), og.float32, name="invstd")
+    channel = lambda v: g.expand_dims(g.expand_dims(g.expand_dims(v, 0), 2), 3)  # noqa: E731
+    xm = g.subtract(x, channel(mean), name="xm")
+    dw = g.reduce_sum(dy * xm, [0, 2, 3], name="dw")
+    k = dw * invstd * invstd * (1.0 / 120)
+    dx = (dy - xm * channel(k)) * channel(invstd)
+    return [x, dy, mean, invstd], dx, g.multiply(dw, invstd, name="dgamma")
+
+
+def _ops(exe: og.Executable) -> list[str]:
+    return [o.op.name for o in exe.program.graph.ops]
+
+
+def test_batch_norm_gradient_recomputes_the_centred_input() -> None:
+    g = og.Graph()
+    feeds, dx, dgamma = _bn_gradient(g)
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [dx, dgamma], device="cpu", descriptor=FUSED)
+    plain = g.compile(types, [dx, dgamma], device="cpu", descriptor=PLAIN)
+    names = _ops(fused)
+    assert "subtract" not in names, names  # no kernel writes x - mean ...
+    reading_x = [[s.name for s in o.attrs.steps] for o in fused.program.graph.ops
+                 if o.op.name == "fused_region" and any(t.name == "x" for t in o.inputs)]
+    # ... the reduction's region and the input gradient's each compute their copy
+    assert len(reading_x) == 2 and all(any(n.startswith("xm.r") for n in s) for s in reading_x), reading_x
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(4, 3, 5, 6, generator=gen), torch.randn(4, 3, 5, 6, generator=gen),
+            torch.randn(3, generator=gen), torch.rand(3, generator=gen) + 0.5]
+    for got, want in zip(fused.run(args), plain.run(args), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _program(g: og.Graph, feeds: list[og.Tensor], outs: list[og.Tensor]) -> Program:
+    exe = g.compile({t: t.type for t in feeds}, outs, device="cpu", descriptor=og.CompilationDescriptor(
+        fusion=False, optimization_level=0))
+    return exe.program
+
+
+def _copies(program: Program) -> list[str]:
+    return [o.name for o in recompute_cheap_producers(program, can_fuse).graph.ops if ".r" in o.name]
+
+
+def test_independent_readers_share_a_region_instead() -> None:
+    # two elementwise readers that do not read each other's results join one region: nothing to copy
+    g = og.Graph()
+    x = g.placeholder((8, 8), og.float32)
+    e = g.exp(x, name="e")
+    assert _copies(_program(g, [x], [g.sin(e), g.cos(e)])) == []
+
+
+def test_a_producer_with_three_full_inputs_is_stored() -> None:
+    # recomputing reads 3 inputs per reader (6 passes) where storing costs 3 + 1 + 2 (6): not fewer, kept
+    g = og.Graph()
+    c = g.placeholder((8, 8), og.bool)
+    a, b = (g.placeholder((8, 8), og.float32) for _ in range(2))
+    s = g.select(c, a, b, name="s")
+    r = g.reduce_sum(s, [1], keepdims=True)
+    assert _copies(_program(g, [c, a, b], [s * r])) == []
+
+
+def test_a_program_output_is_not_copied() -> None:
+    g = og.Graph()
+    x = g.placeholder((8, 8), og.float32)
+    e = g.exp(x, name="e")
+    r = g.reduce_sum(e, [1], keepdims=True)
+    assert _copies(_program(g, [x], [e * r])) == ["e.r1", "e.r2"]  # read by the reduction and by its use
+    assert _copies(_program(g, [x], [e * r, e])) == []  # stored anyway: its readers read it back
