@@ -91,3 +91,15 @@ def test_a_program_output_is_not_copied() -> None:
     r = g.reduce_sum(e, [1], keepdims=True)
     assert _copies(_program(g, [x], [e * r])) == ["e.r1", "e.r2"]  # read by the reduction and by its use
     assert _copies(_program(g, [x], [e * r, e])) == []  # stored anyway: its readers read it back
+
+
+def test_a_diamond_of_copied_producers_is_copied_once_per_reader() -> None:
+    # d reads b and c, both read a; all three are copied into the reduction and its use: one copy of each per
+    # reader, not one per path
+    g = og.Graph()
+    x = g.placeholder((8, 8), og.float32)
+    a = g.exp(x, name="a")
+    d = g.add(g.sin(a, name="b"), g.cos(a, name="c"), name="d")
+    r = g.reduce_sum(d, [1], keepdims=True)
+    copies = _copies(_program(g, [x], [d * r]))
+    assert sorted(n.split(".")[0] for n in copies) == ["a", "a", "b", "b", "c", "c", "d", "d"], copies

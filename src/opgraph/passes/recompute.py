@@ -103,28 +103,25 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
             k += 1
         return f"{base}.r{k}"
 
-    def copy_of(t: Tensor, mapping: dict[int, Tensor], g: GraphCore) -> Tensor:
-        """``t`` as a reader sees it: a fresh copy of its producer (and of the copied producers under it)."""
+    def copy_of(t: Tensor, local: dict[int, Tensor], g: GraphCore) -> Tensor:
+        """``t`` as one reader sees it: a fresh copy of its producer (and of the copied producers under it), made
+        once per reader (``local``) however many paths of the reader reach it."""
         if id(t.op) not in copied:
             return mapping[id(t)]
-        p = t.op
-        ins = [copy_of(u, mapping, g) for u in p.inputs]
-        return g._add_op(p.op, ins, p.attrs, fresh(p.name, g), None, [p.outputs[0].type]).outputs[0]
+        if id(t) not in local:
+            p = t.op
+            ins = [copy_of(u, local, g) for u in p.inputs]
+            local[id(t)] = g._add_op(p.op, ins, p.attrs, fresh(p.name, g), None, [p.outputs[0].type]).outputs[0]
+        return local[id(t)]
 
     mapping: dict[int, Tensor] = {}
 
     def visit(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | None:
-        if not any(id(t.op) in copied for t in op.inputs):
-            return None
-        local: dict[int, Tensor] = {}  # one copy per value for this reader, even if read twice
-        new_ins = []
-        for t, mapped in zip(op.inputs, ins, strict=True):
-            if id(t.op) in copied:
-                if id(t) not in local:
-                    local[id(t)] = copy_of(t, mapping, g)
-                new_ins.append(local[id(t)])
-            else:
-                new_ins.append(mapped)
+        if id(op) in copied or not any(id(t.op) in copied for t in op.inputs):
+            return None  # as it was (a copied op itself: dead once its readers have their copies)
+        local: dict[int, Tensor] = {}  # this reader's copies
+        new_ins = [copy_of(t, local, g) if id(t.op) in copied else mapped
+                   for t, mapped in zip(op.inputs, ins, strict=True)]
         return g._add_op(op.op, new_ins, op.attrs, op.name, op.payload, [t.type for t in op.outputs])
 
     def track(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | None:
