@@ -1,7 +1,9 @@
-"""Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch:
-torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph bench``).
+"""Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch
+and Inductor: torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph
+bench``). ``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input
+shapes) behind the kernels that are not generated ones, to trace them to the graph ops that launch them.
 
-    python benchmarks/profile_backend.py --models resnet50:64,bert:32
+    python benchmarks/profile_backend.py --models resnet50:64,bert:32 --backends eager,inductor,opgraph
 """
 
 from __future__ import annotations
@@ -37,23 +39,47 @@ def breakdown(title: str, step: Callable[[], None], top: int) -> None:
         print(f"  {us / 1e3:8.3f} ms  x{count[name] // 3:4d}  {name}")
 
 
+def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
+    """The ATen ops launching the most device time in three steps, by input shapes (per step)."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+
+    def device_us(e: object) -> float:  # the attribute's name changed across PyTorch versions
+        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+
+    rows = [e for e in prof.key_averages(group_by_input_shape=True) if e.key.startswith("aten::") and device_us(e)]
+    rows.sort(key=device_us, reverse=True)
+    print(f"== {title}: ATen ops by device time/step (CUDA graphs off)")
+    for e in rows[:top]:
+        print(f"  {device_us(e) / 3e3:8.3f} ms  x{e.count // 3:4d}  {e.key:28s} {str(e.input_shapes)[:70]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="resnet50:64,bert:32", help="name:batch pairs (opgraph bench's models)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16: autocast")
     ap.add_argument("--top", type=int, default=18, help="kernels listed per run")
+    ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
+    ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     for item in args.models.split(","):
         name, batch = item.split(":")
         m = MODELS[name]
-        for backend in ("eager", "opgraph"):
+        runs = args.backends.split(",") + (["opgraph-ops"] if args.aten_ops else [])
+        for backend in runs:
             torch.manual_seed(0)
             torch._dynamo.reset()
             model = WithLoss(m.build(False)).cuda().train()
             x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            run = model if backend == "eager" else torch.compile(model, backend="opgraph")
+            run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
+                torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph"})
 
             def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
                      opt: torch.optim.Optimizer = opt) -> None:
@@ -63,7 +89,8 @@ def main() -> None:
                 loss.backward()
                 opt.step()
 
-            breakdown(f"{name} batch {batch} {args.dtype} {backend}", step, args.top)
+            title = f"{name} batch {batch} {args.dtype} {backend}"
+            (aten_ops if backend == "opgraph-ops" else breakdown)(title, step, args.top)
 
 
 if __name__ == "__main__":
