@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 import opgraph as og  # noqa: E402
-from opgraph.codegen.triton.fused import can_fuse  # noqa: E402
+from opgraph.codegen.triton.fused import can_fuse, reduced_axes  # noqa: E402
 from opgraph.passes.program import Program  # noqa: E402
 from opgraph.passes.recompute import recompute_cheap_producers  # noqa: E402
 
@@ -63,7 +63,7 @@ def _program(g: og.Graph, feeds: list[og.Tensor], outs: list[og.Tensor]) -> Prog
 
 
 def _copies(program: Program) -> list[str]:
-    return [o.name for o in recompute_cheap_producers(program, can_fuse).graph.ops if ".r" in o.name]
+    return [o.name for o in recompute_cheap_producers(program, can_fuse, reduced_axes).graph.ops if ".r" in o.name]
 
 
 def test_independent_readers_share_a_region_instead() -> None:
@@ -88,9 +88,41 @@ def test_a_program_output_is_not_copied() -> None:
     g = og.Graph()
     x = g.placeholder((8, 8), og.float32)
     e = g.exp(x, name="e")
-    r = g.reduce_sum(e, [1], keepdims=True)
+    r = g.reduce_sum(e, [0], keepdims=True)  # a column sum: its use cannot share its region
     assert _copies(_program(g, [x], [e * r])) == ["e.r1", "e.r2"]  # read by the reduction and by its use
     assert _copies(_program(g, [x], [e * r, e])) == []  # stored anyway: its readers read it back
+
+
+def test_a_row_reduction_and_its_use_keep_one_region() -> None:
+    # the normalisation pattern: one region computes e once, so nothing is copied
+    g = og.Graph()
+    x = g.placeholder((8, 8), og.float32)
+    e = g.exp(x, name="e")
+    assert _copies(_program(g, [x], [e * g.reduce_sum(e, [1], keepdims=True)])) == []
+
+
+def test_chains_stay_linear() -> None:
+    """Layers of cheap ops, each read twice, under a column reduction and its use: the bookkeeping counts
+    copies (it does not list them, which doubled per layer), and the copies stay within the graph's size;
+    a chain of row reductions and their uses is not copied at all."""
+    import time
+
+    g = og.Graph()
+    x0 = g.placeholder((4, 8), og.float32)
+    x = x0
+    for _ in range(24):
+        x = x * 1.1 + g.slice(x * 0.9, [0, 0], [1, 8])
+    out = x * g.reduce_sum(x, [0], keepdims=True)
+    program = _program(g, [x0], [out])
+    start = time.perf_counter()
+    copies = _copies(program)
+    assert time.perf_counter() - start < 20 and len(copies) <= len(program.graph.ops) + 64, len(copies)
+    g = og.Graph()
+    y0 = g.placeholder((4, 8), og.float32)
+    y = y0
+    for _ in range(40):
+        y = y - g.reduce_sum(y, [1], keepdims=True) * 0.1
+    assert _copies(_program(g, [y0], [y])) == []
 
 
 def test_a_diamond_of_copied_producers_is_copied_once_per_reader() -> None:
@@ -100,6 +132,6 @@ def test_a_diamond_of_copied_producers_is_copied_once_per_reader() -> None:
     x = g.placeholder((8, 8), og.float32)
     a = g.exp(x, name="a")
     d = g.add(g.sin(a, name="b"), g.cos(a, name="c"), name="d")
-    r = g.reduce_sum(d, [1], keepdims=True)
+    r = g.reduce_sum(d, [0], keepdims=True)
     copies = _copies(_program(g, [x], [d * r]))
     assert sorted(n.split(".")[0] for n in copies) == ["a", "a", "b", "b", "c", "c", "d", "d"], copies

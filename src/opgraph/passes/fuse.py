@@ -164,7 +164,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     if decompose:
         program = decompose_for_fusion(program, can_fuse)
     if recompute:
-        program = recompute_cheap_producers(program, can_fuse)
+        program = recompute_cheap_producers(program, can_fuse, reduced_axes)
     ops = program.graph.ops
     position = {id(o): k for k, o in enumerate(ops)}
     region_of: dict[int, int] = {}  # id(op) -> region number

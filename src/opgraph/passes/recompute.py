@@ -9,9 +9,12 @@ both read it back (four passes over a full tensor), the copies read ``x`` twice 
 Counted in passes over the producer's element count: materialised, the producer reads its ``F`` inputs of its
 own size (smaller ones broadcast and are cheap), writes once, and its ``k`` readers read it: ``F + 1 + k``;
 recomputed, each of ``k`` copies reads the ``F`` inputs: ``F * k``. A producer is copied when that is fewer
-(``F <= 1`` always; two full-size inputs for two readers), its readers all fuse, and its value is not an
-output of the program (that write stays anyway). Readers are visited before producers, so a chain of cheap
-producers (``expand_dims`` of a mean, then the subtract) is copied link by link.
+(``F <= 1`` always; two full-size inputs for two readers), its readers all fuse, its value is not an output of
+the program (that write stays anyway), and its readers cannot share one region: one reads what another
+computes past a reduction over other axes than the innermost (a row reduction and its use share a region,
+the normalisation pattern, so copying there would only split it). Readers are visited before producers, so a
+chain of cheap producers (``expand_dims`` of a mean, then the subtract) is copied link by link; the copies in
+all stay within about the program's size.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .program import Program, rewrite
 
 _CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
 _FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
-_MAX_PAIRS_READERS = 8
+_MAX_PAIRS_READERS = 8  # readers whose pairs are searched for a link
 _LINK_DEPTH = 12  # ops followed from one reader to another (batch-norm's gradient links within about 8)
 
 
@@ -34,65 +37,87 @@ def _numel(t: Tensor) -> int | None:
     return math.prod(int(d or 0) for d in t.shape) if t.type.is_static else None
 
 
-def _reaches(start: Operation, goal: Operation, readers: dict[int, list[Operation]]) -> bool:
-    """``goal`` reads (transitively, through fusable ops, within a few steps) what ``start`` computes."""
-    frontier, seen = [start], {id(start)}
+def _seals(op: Operation, reduced_axes: Callable[[Operation], tuple[int, ...]]) -> bool:
+    """A reduction whose use cannot share its region: one over other axes than a suffix of its input's (a
+    column sum, batch-norm's (N, H, W) sum); a row reduction and its use share one (the normalisation pattern)."""
+    if op.op.fusion is not FusionKind.REDUCTION:
+        return False
+    rank = op.inputs[0].rank
+    try:
+        axes = sorted(a % rank for a in reduced_axes(op)) if rank else []
+    except KeyError:  # a reduction the generator has no recipe for: no region shares it
+        return True
+    return axes != list(range(rank - len(axes), rank))
+
+
+def _reaches(start: Operation, goal: Operation, readers: dict[int, list[Operation]],
+             reduced_axes: Callable[[Operation], tuple[int, ...]]) -> bool:
+    """``goal`` reads (transitively, through fusable ops, within a few steps) what ``start`` computes, past a
+    reduction that ``_seals``."""
+    frontier, seen = [(start, _seals(start, reduced_axes))], {(id(start), _seals(start, reduced_axes))}
     for _ in range(_LINK_DEPTH):
         nxt = []
-        for o in frontier:
+        for o, sealed in frontier:
             for r in readers.get(id(o), []):
                 if r is goal:
-                    return True
-                if id(r) not in seen and r.op.fusion in _FUSABLE:
-                    seen.add(id(r))
-                    nxt.append(r)
+                    if sealed:
+                        return True
+                    continue
+                state = (id(r), sealed or _seals(r, reduced_axes))
+                if state not in seen and r.op.fusion in _FUSABLE:
+                    seen.add(state)
+                    nxt.append((r, state[1]))
         frontier = nxt
     return False
 
 
-def _linked(rs: list[Operation], original: dict[int, list[Operation]]) -> bool:
-    """The readers cannot all share one region: one reads what another computes (a reduction, then its use:
-    region formation seals or splits there), or they are copies of one op already bound for different regions."""
-    if len({id(r) for r in rs}) < len(rs):
+def _linked(rs: list[Operation], copies: bool, original: dict[int, list[Operation]],
+            reduced_axes: Callable[[Operation], tuple[int, ...]]) -> bool:
+    """The readers cannot all share one region: one reads what another computes past a sealing reduction, or
+    (``copies``) they include copies of one op already bound for different regions."""
+    if copies:
         return True
     if len(rs) > _MAX_PAIRS_READERS:  # many independent readers: not worth the search
         return False
-    return any(a is not b and _reaches(a, b, original) for a in rs for b in rs)
+    return any(a is not b and _reaches(a, b, original, reduced_axes) for a in rs for b in rs)
 
 
-def _worth_copying(op: Operation, readers: list[Operation], original: dict[int, list[Operation]],
-                   outputs: set[int], can_fuse: Callable[[Operation], bool]) -> bool:
-    if op.op.fusion not in _CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
-        return False
-    out = op.outputs[0]
-    size = _numel(out)
-    if size is None or id(out) in outputs or len(readers) < 2:
-        return False
-    if any(r.op.fusion not in _FUSABLE or len(r.outputs) != 1 or not can_fuse(r) for r in readers):
-        return False
-    full = len({id(t) for t in op.inputs if _numel(t) == size})
-    return full * len(readers) < full + 1 + len(readers) and _linked(readers, original)
-
-
-def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], bool]) -> Program:
+def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], bool],
+                              reduced_axes: Callable[[Operation], tuple[int, ...]]) -> Program:
     """``program`` with each cheap producer that several fusable ops read copied into every reader (see the
-    module docstring); ``can_fuse(op)``: the code generator can write the op."""
+    module docstring); ``can_fuse(op)``: the code generator can write the op; ``reduced_axes(op)``: the input
+    axes a reduction op reduces."""
     ops = program.graph.ops
     outputs = {id(t) for t in program.outputs}
-    readers: dict[int, list[Operation]] = {}  # id(op) -> the distinct ops reading its output, after copying
+    original: dict[int, list[Operation]] = {}  # id(op) -> the distinct ops reading its output
     for op in ops:
         for producer in {id(t.op): t.op for t in op.inputs}.values():
-            readers.setdefault(id(producer), []).append(op)
-    original = {k: list(v) for k, v in readers.items()}
+            original.setdefault(id(producer), []).append(op)
+    count = {k: len(v) for k, v in original.items()}  # readers, a copied reader counted once per copy
+    has_copies: set[int] = set()  # producers read by a copied op
     copied: set[int] = set()
+    budget = len(ops) + 64  # copies in all: recomputation at most about doubles the graph
+
+    def worth_copying(op: Operation) -> bool:
+        if op.op.fusion not in _CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
+            return False
+        out, rs = op.outputs[0], original.get(id(op), [])
+        size, k = _numel(out), count.get(id(op), 0)
+        if size is None or id(out) in outputs or k < 2 or k > budget:
+            return False
+        if any(r.op.fusion not in _FUSABLE or len(r.outputs) != 1 or not can_fuse(r) for r in rs):
+            return False
+        full = len({id(t) for t in op.inputs if _numel(t) == size})
+        return full * k < full + 1 + k and _linked(rs, id(op) in has_copies, original, reduced_axes)
+
     for op in reversed(ops):  # readers first: a copied reader makes its producers' readers the copies
-        if _worth_copying(op, readers.get(id(op), []), original, outputs, can_fuse):
+        if worth_copying(op):
             copied.add(id(op))
-            k = len(readers[id(op)])
+            k = count[id(op)]
+            budget -= k
             for producer in {id(t.op): t.op for t in op.inputs}.values():
-                rs = readers[id(producer)]
-                rs.remove(op)
-                rs.extend([op] * k)  # stands for the k copies (only the count and kinds matter)
+                count[id(producer)] += k - 1
+                has_copies.add(id(producer))
     if not copied:
         return program
     names = {o.name for o in ops}
