@@ -120,6 +120,8 @@ def test_explain_reports_graphs_kernels_and_breaks() -> None:
     report = og.torch.explain(broken, torch.randn(3))
     assert report.graph_breaks == 1 and len(report.graphs) == 2
     assert "2 graph(s) compiled, 1 graph break(s)" in str(report)
+    header = str(report).splitlines()[1].split()
+    assert "CUDA" in header and all(r.executable.cuda_graph_status == "off" for r in report.graphs)  # the CPU
     assert compiled(_mlp())(torch.randn(2, 6)).shape == (2, 3)
 
 

@@ -58,3 +58,15 @@ def test_training_steps_replay_and_match_eager(zero_grads: bool) -> None:
     assert len(forward._copied_outputs) <= 2 < len(forward.output_types_), forward._copied_outputs
     # the loss's gradient may move once, gradients accumulated in place are held once; the activations stay put
     assert backward._recaptures <= (1 if zero_grads else 2), backward._recaptures
+
+
+def test_explain_shows_both_training_graphs_replaying() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import opgraph as og
+
+    bert, inputs = _bert()
+    torch._dynamo.reset()
+    report = og.torch.explain(_Logits(bert).cuda(), *[t.cuda() for t in inputs], train=True)
+    assert [r.executable.cuda_graph_status for r in report.graphs] == ["on", "on"], str(report)
+    assert "CUDA graph" in str(report) and "CUDA graph off" not in str(report)

@@ -2,8 +2,8 @@
 
 It runs the model once through ``torch.compile(backend="opgraph")`` while recording every graph the backend
 compiles, and asks Dynamo for its graph breaks. The result lists, per graph: the ATen ops, the ones that ran
-as themselves (fallbacks, with the reason), the ops of the compiled executable, the fused regions and the
-kernels; ``print`` shows it as a table.
+as themselves (fallbacks, with the reason), the ops of the compiled executable, the fused regions, the
+kernels and whether runs replay a CUDA graph (and why not, on CUDA); ``print`` shows it as a table.
 
     >>> import torch, opgraph as og
     >>> report = og.torch.explain(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()), torch.randn(2, 4))
@@ -44,16 +44,22 @@ class Explanation:
     def __str__(self) -> str:
         from ...cli._table import format_table
 
-        rows = []
+        rows, graph_notes = [], []
         for i, r in enumerate(self.graphs):
             kernels = len(r.kernels)
             fused = sum(1 for k in r.kernels if k.op == "fused_region")
             fb = ", ".join(f"{k} x{v}" for k, v in sorted(r.fallbacks.items())) or "-"
-            rows.append([str(i), r.kind, str(r.aten_nodes), str(kernels), str(fused), fb if r.executable is not None
-                         else f"eager: {r.eager_reason}"])
+            status = r.executable.cuda_graph_status if r.executable is not None else "-"
+            if r.executable is not None and r.executable.device.is_cuda and status != "on":
+                graph_notes.append(f"graph {i} CUDA graph {status}")  # why a CUDA executable runs op by op
+            short = status.split(":")[0].split(" (")[0]  # on / off / pending
+            rows.append([str(i), r.kind, str(r.aten_nodes), str(kernels), str(fused), short,
+                         fb if r.executable is not None else f"eager: {r.eager_reason}"])
         head = (f"{len(self.graphs)} graph(s) compiled, {self.graph_breaks} graph break(s), "
                 f"{sum(self.fallbacks.values())} ATen op(s) run as themselves")
-        lines = [head, format_table(["graph", "kind", "ATen ops", "kernels", "fused regions", "fallbacks"], rows)]
+        lines = [head, format_table(["graph", "kind", "ATen ops", "kernels", "fused regions", "CUDA graph",
+                                     "fallbacks"], rows)]
+        lines += graph_notes
         lines += [f"break: {b}" for b in self.break_reasons]
         reasons = {k: v for r in self.graphs for k, v in r.reasons.items()}
         lines += [f"{k}: {v}" for k, v in sorted(reasons.items())]
