@@ -195,27 +195,40 @@ class Executable:
                                           f"than running op by op ({plain * 1e3:.2f} ms)")
         return out
 
-    def _try_capture(self, args: Sequence[torch.Tensor]) -> None:
-        variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
-        launches = len(self.kernels())
-        copied = sum(a.numel() * a.element_size() for i, a in enumerate(args) if i not in self._static_inputs) + sum(
-            math.prod(int(d or 0) for d in self.output_types_[k].shape) * self.output_types_[k].dtype.itemsize
+    def _copied_bytes(self, args: Sequence[torch.Tensor]) -> int:
+        """Bytes a replay copies: the inputs not read in place and the outputs copied out."""
+        return sum(a.numel() * a.element_size() for i, a in enumerate(args) if i not in self._static_inputs) + sum(
+            math.prod(int(d or 0) for d in self.output_types_[k].shape) * int(self.output_types_[k].dtype.itemsize)
             for k in self._copied_outputs)
+
+    def _decline_copies(self, copied: int, launches: int) -> bool:
+        """Replays would copy more than their launches save: run op by op (says why)."""
         self._copy_bound = launches > 0 and copied / COPY_BYTES_PER_US > launches * LAUNCH_US
-        if launches == 0 or self._copy_bound:  # replays copy inputs and outputs
+        if launches == 0 or self._copy_bound:
             self._cuda_graph = None
             self.cuda_graph_status = (f"off: copying {copied / 2**20:.0f} MiB of inputs and outputs per replay "
                                       f"would cost more than {launches} kernel launches save")
+            return True
+        return False
+
+    def _try_capture(self, args: Sequence[torch.Tensor]) -> None:
+        variables = [op.name for op in self.program.graph.ops if op.op is VARIABLE]
+        launches = len(self.kernels())
+        if self._decline_copies(self._copied_bytes(args), launches):
             return
         try:
             self._cuda_graph = CapturedRun(self._fn, args, self._state, variables, self._torch_device,
                                            self._static_inputs, self._copied_outputs)
-            # cheap copies: keep the graph; else measure (a device-bound run gains nothing from replays)
-            self._trial = [] if copied / COPY_BYTES_PER_US > TRIAL_SHARE * launches * LAUNCH_US else None
-            self.cuda_graph_status = "on"
         except Exception as e:  # e.g. an op that synchronises with the host: run op by op instead
             torch.cuda.synchronize(self._torch_device)
             self.cuda_graph_status = f"off: capture failed ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+            return
+        copied = self._copied_bytes(args)  # the capture may add outputs it copies (those aliasing variables)
+        if self._decline_copies(copied, launches):
+            return
+        # cheap copies: keep the graph; else measure (a device-bound run gains nothing from replays)
+        self._trial = [] if copied / COPY_BYTES_PER_US > TRIAL_SHARE * launches * LAUNCH_US else None
+        self.cuda_graph_status = "on"
 
     def _execution_error(self, e: BaseException) -> ExecutionError:
         op = None
@@ -388,17 +401,7 @@ class CapturedRun:
         # the same pointer and strides (holding them would keep a forward's lent activations held)
         self.static = [(i, a.data_ptr(), a.stride()) for i, a in enumerate(args) if i in static]
         self.copied = [(b, i) for i, b in enumerate(inputs) if i not in static]
-        # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
-        # must not apply the run's assigns
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            scratch = {name: state[name].clone() for name in variables}
-            fn(*inputs, S=scratch)
-        torch.cuda.current_stream(device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs: list[torch.Tensor] = fn(*inputs)  # recorded, not run: the first replay runs it
+        self._replay, self.outputs = self.record(fn, inputs, state, variables, device)  # the graph lives in _replay
         del inputs
         self.copied_outputs = copied_outputs if copied_outputs is not None else set()  # shared across captures
         external = {a.untyped_storage().data_ptr() for i, a in enumerate(args) if i in static}
@@ -431,9 +434,28 @@ class CapturedRun:
             return None
         for buffer, i in self.copied:
             buffer.copy_(args[i], non_blocking=True)
-        self.graph.replay()
+        self._replay()
         copied = self.copied_outputs
         return [t.clone() if k in copied else t.detach() for k, t in enumerate(self.outputs)]
+
+
+    @staticmethod
+    def record(fn: Any, inputs: Sequence[torch.Tensor], state: dict[str, torch.Tensor], variables: Sequence[str],
+               device: torch.device) -> tuple[Any, list[torch.Tensor]]:
+        """Capture ``fn(*inputs)`` into a CUDA graph: (replay it, its output buffers). Tests replace this to check
+        the bookkeeping around it on the CPU."""
+        # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
+        # must not apply the run's assigns
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            scratch = {name: state[name].clone() for name in variables}
+            fn(*inputs, S=scratch)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn(*inputs)  # recorded, not run: the first replay runs it
+        return graph.replay, outputs
 
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # None: outputs are always copied
