@@ -57,6 +57,12 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if kept is not None and sms and kept < 64 * sms:  # few column tiles (bias gradients): narrower ones
             out += [Config(reduction=True, xblock=16, rblock=128, looped=True, num_warps=4),
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
+            if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
+                for xblock, rblock in ((32, 32), (16, 64)):
+                    split = _column_split(kept, xblock, rnumel, rblock, sms)
+                    if split > 1:
+                        out.append(Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4,
+                                          split=split))
         return out
     if rnumel is not None and rnumel <= PERSISTENT_MAX:
         rblock = max(2, 1 << (rnumel - 1).bit_length())
@@ -83,6 +89,16 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
             out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
     return out
+
+
+def _column_split(kept: int, xblock: int, rows: int, rblock: int, sms: int) -> int:
+    """Parts (a power of two) to split each column tile's rows into: about two programs per multiprocessor, each
+    walking at least four row blocks."""
+    tiles = -(-kept // xblock)
+    split = 1
+    while tiles * split < 2 * sms and rows >= split * 2 * 4 * rblock:
+        split *= 2
+    return split
 
 
 def _multiprocessors() -> int:

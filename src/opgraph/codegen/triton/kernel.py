@@ -27,6 +27,7 @@ import torch
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
+from .expr import NotExpressible
 from .region import MAX_BARRIERS, WS_PARTS, Config, RegionEmitter, candidate_configs, generated
 
 DEFAULT_BLOCK = 1024
@@ -150,7 +151,8 @@ class RegionKernel:
         found = self._workspaces.get(key)
         if found is None:
             split = self.config.split
-            found = (torch.empty(rows * MAX_BARRIERS * WS_PARTS * split, dtype=torch.float32, device=device),
+            per = WS_PARTS * max(MAX_BARRIERS, self.config.xblock)  # row groups, or a column tile's partials
+            found = (torch.empty(rows * per * split, dtype=torch.float32, device=device),
                      torch.zeros(rows * (MAX_BARRIERS + 1), dtype=torch.int32, device=device))
             self._workspaces[key] = found
         return found
@@ -248,8 +250,16 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
                                                strided=True, scalars=scalars)
         others = candidate_configs(em)[1:] if config is None else []
         if others:
-            kernel.alternatives = lambda: [region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir,
-                                                         scalars=scalars) for c in others]
+            def alternatives() -> list[RegionKernel]:
+                out = []
+                for c in others:
+                    try:
+                        out.append(region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir, scalars=scalars))
+                    except NotExpressible:  # e.g. a split column reduction whose region stores full values
+                        continue
+                return out
+
+            kernel.alternatives = alternatives
     return kernel
 
 

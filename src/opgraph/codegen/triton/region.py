@@ -84,6 +84,7 @@ class RegionEmitter:
         self.loaded_at: dict[int, set[Index | None]] = {}  # input -> indices relative to the domain
         self.counter = 0
         self.barriers = 0
+        self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -392,6 +393,8 @@ class RegionEmitter:
                 self.emit(f"{acc} = {_combine(kind, acc, masked)}")
             self.close_loop()
             names = [self._reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
+            if self.column_split:  # partial over this program's rows: completed in the last part
+                self.partials += [(n, kind, ct) for n, (kind, _, ct) in zip(names, parts, strict=True)]
         self.top.memo[memo_key] = ",".join(names)
         return names
 
@@ -427,9 +430,41 @@ class RegionEmitter:
             out.append(every)
         return out
 
+    @property
+    def column_split(self) -> bool:
+        """Rows of a column reduction split across programs: each part sums its rows, the last to finish (an
+        atomic count per column tile, no waiting) combines the parts in order and stores the outputs."""
+        return self.config.reduction and self.config.split > 1 and (self.domain.rank - 1) not in self.raxes
+
+    def _finish_in_last_part(self, rows: list[tuple[int, Tensor]]) -> None:
+        split = self.config.split
+        if len(self.partials) > WS_PARTS:
+            raise NotExpressible("too many statistics for a split column reduction")
+        cols = "tl.arange(0, XBLOCK)[:, None]"
+        for k, (name, _, _) in enumerate(self.partials):
+            self.emit(f"tl.store(ws + ((tile * {split} + part) * {WS_PARTS} + {k}) * XBLOCK + {cols}, "
+                      f"{name}.to(tl.float32))")
+        self.emit("tl.debug_barrier()")  # every thread's partials are written before the (releasing) count
+        counter = f"cnt + tile * {MAX_BARRIERS + 1}"
+        self.emit(f"if tl.atomic_add({counter}, 1) == {split - 1}:")
+        scope = _Scope(mask=self.scope.mask, parent=self.scope, indent=self.scope.indent + "    ")
+        self.scope = scope
+        parts = f"(tile * {split} + tl.arange(0, {split})[None, :]) * {WS_PARTS}"
+        for k, (name, kind, ct) in enumerate(self.partials):  # in part order: the same sum on every launch
+            every = self.fresh("all")
+            self.emit(f"{every} = tl.load(ws + ({parts} + {k}) * XBLOCK + {cols}, cache_modifier=\".cg\")")
+            self.emit(f"{name} = {_TILE_REDUCE[kind].format(every)}[:, None].to({ct})")
+        for j, t in rows:
+            self.emit(self._store(j, t))
+        self.emit(f"tl.atomic_xchg({counter}, 0)")  # ready for the next launch
+        self.scope = self.top
+        self.top.lines.extend(scope.lines)
+
     def split_moments(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
         """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
         squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
+        if self.column_split:
+            raise NotExpressible("variance of a split column reduction")
         memo_key = ("stats", id(op), "split-moments")
         found = self.top.memo.get(memo_key)
         if found is not None:
@@ -488,15 +523,16 @@ class RegionEmitter:
         return str(info[0] if kind == "max" else info[1])
 
     def _reduce_tile(self, kind: str, tile: str, ct: str) -> str:
-        fn = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
-              "prod": "tl.reduce({}, 1, og_mul)"}[kind]
         name = self.fresh("s")
-        self.emit(f"{name} = {fn.format(tile)}[:, None].to({ct})")
+        self.emit(f"{name} = {_TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
 
     def open_loop(self) -> _Scope:
         r = self.fresh("r")
-        self.emit(f"for {r}0 in range(0, {self.reduced_count()}, RBLOCK):")
+        if self.column_split:  # this part's rows only
+            self.emit(f"for {r}0 in range(part * chunk, part * chunk + chunk, RBLOCK):")
+        else:
+            self.emit(f"for {r}0 in range(0, {self.reduced_count()}, RBLOCK):")
         scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ")
         self.scope = scope
         rflat = f"{r}0 + tl.arange(0, RBLOCK)[None, :]"
@@ -568,7 +604,15 @@ class RegionEmitter:
                 self.emit(line)
         else:
             xnumel = ix.product([self.dsize(k) for k in self.xaxes])
-            if cfg.split > 1:
+            if self.column_split:
+                if not cfg.looped:
+                    raise NotExpressible("a split column reduction walks its part's rows")
+                self.emit(f"tile = {pid} // {cfg.split}")
+                self.emit(f"part = {pid} % {cfg.split}")
+                self.emit("xi = tile * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+                n = self.reduced_count()
+                self.emit(f"chunk = (({n} + {cfg.split - 1}) // {cfg.split} + RBLOCK - 1) // RBLOCK * RBLOCK")
+            elif cfg.split > 1:
                 self.emit(f"row = {pid} // {cfg.split}")
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
@@ -595,6 +639,11 @@ class RegionEmitter:
             fulls = [(j, t) for j, t in enumerate(self.outputs) if (j, t) not in rows]
             if not cfg.looped:  # one scope: every value is computed (and every input read) before any store
                 rows, fulls = [], rows + fulls
+            if self.column_split:
+                if fulls:
+                    raise NotExpressible("a split column reduction stores only values constant along its rows")
+                self._finish_in_last_part(rows)
+                rows = []
             for line in [self._store(j, t) for j, t in rows]:
                 self.emit(line)
             if fulls:
@@ -680,6 +729,8 @@ def kernel_name(ops: Sequence[Operation]) -> str:
     return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
 MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
 WS_PARTS = 4  # statistics per group
+_TILE_REDUCE = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
+                "prod": "tl.reduce({}, 1, og_mul)"}
 
 
 def generated(op: Operation) -> bool:

@@ -1,0 +1,91 @@
+"""Column reductions with their rows split across programs (``Config(split=...)`` on a column reduction): each
+part sums its chunk of rows into a workspace and the last part to count itself in combines them in part order
+and stores the outputs (no waiting, so Triton's interpreter runs it too). Against the unfused graph run, twice
+per kernel (the counters reset for the next launch), ragged both ways; regions that store full-size values are
+refused; the tuner is offered these configurations when column tiles are few."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from unittest import mock
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import configs  # noqa: E402
+from opgraph.codegen.triton.expr import NotExpressible  # noqa: E402
+from opgraph.codegen.triton.kernel import region_kernel, region_of  # noqa: E402
+from opgraph.codegen.triton.region import Config, RegionEmitter  # noqa: E402
+
+PLAIN = og.CompilationDescriptor(fusion=False)
+CASES: dict[str, Callable[..., og.Tensor]] = {
+    "bias-gradient": lambda g, x, w: g.cast(g.reduce_sum(g.cast(x, og.float32), [0]), og.bfloat16),
+    "weight-gradient": lambda g, x, w: g.reduce_sum(x * g.tanh(x + w), [0]),
+    "max-then-epilogue": lambda g, x, w: g.exp(g.reduce_max(x * 2.0, [0])) + w,
+    "two-statistics": lambda g, x, w: g.reduce_sum(x, [0]) * g.reduce_min(x, [0]),
+    "mean-keepdims": lambda g, x, w: g.reduce_mean(x, [0], keepdims=True) * 3.0,
+}
+
+
+def _split(xblock: int, rblock: int, split: int) -> Config:
+    return Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
+
+
+@pytest.mark.parametrize("split", [2, 4, 8])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_split_column_reduction_matches_unfused(case: str, split: int) -> None:
+    rows, cols = 203, 37  # chunks and column tiles both ragged
+    dt = og.bfloat16 if case == "bias-gradient" else og.float32
+    g = og.Graph()
+    x = g.placeholder((rows, cols), dt)
+    w = g.placeholder((cols,), dt)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=_split(8, 16, split))
+    assert "atomic_add" in kernel.source and "while" not in kernel.source  # no waiting
+    gen = torch.Generator().manual_seed(split)
+    xv, wv = (torch.randn(*s, generator=gen).to(dt.torch_dtype) for s in ((rows, cols), (cols,)))
+    args = [xv if t is x else wv if t is w else t.op.payload for t in ins]
+    (want,) = g.compile({x: x.type, w: w.type}, [y], device="cpu", descriptor=PLAIN).run([xv, wv])
+    tol = dict(rtol=2e-2, atol=5e-2) if dt is og.bfloat16 else dict(rtol=1e-5, atol=1e-4)
+    for _ in range(2):  # the last part resets the tile's counter: a second launch is right too
+        torch.testing.assert_close(kernel(*args)[0].float(), want.float(), **tol)
+
+
+def test_a_region_storing_full_values_is_refused() -> None:
+    g = og.Graph()
+    x = g.placeholder((64, 16), og.float32)
+    t = g.tanh(x)
+    s = g.reduce_sum(t, [0])
+    ops, ins = region_of([t, s])
+    with pytest.raises(NotExpressible, match="constant along its rows"):
+        region_kernel(ops, ins, [t, s], config=_split(8, 16, 4))
+
+
+def test_variance_is_refused() -> None:
+    g = og.Graph()
+    x = g.placeholder((64, 16), og.float32)
+    y = g.variance(x, [0])
+    ops, ins = region_of([y])
+    with pytest.raises(NotExpressible):
+        region_kernel(ops, ins, [y], config=_split(8, 16, 4))
+
+
+def test_offered_when_column_tiles_are_few() -> None:
+    def splits(rows: int, cols: int) -> list[tuple[int, int, int]]:
+        g = og.Graph()
+        x = g.placeholder((rows, cols), og.float32)
+        y = g.reduce_sum(x, [0])
+        ops, ins = region_of([y])
+        with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+                mock.patch.object(configs, "_splittable", lambda em: True):
+            return [(c.xblock, c.rblock, c.split) for c in configs.candidate_configs(RegionEmitter(ops, ins, [y]))
+                    if c.split > 1]
+
+    assert splits(4096, 768) == [(32, 32, 16), (16, 64, 8)]  # 24 or 48 tiles on 132 SMs
+    assert splits(64, 768) == []  # too few rows to split
+    assert splits(4096, 64 * 132) == []  # tiles enough
