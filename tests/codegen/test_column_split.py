@@ -89,3 +89,32 @@ def test_offered_when_column_tiles_are_few() -> None:
     assert splits(4096, 768) == [(32, 32, 16), (16, 64, 8)]  # 24 or 48 tiles on 132 SMs
     assert splits(64, 768) == []  # too few rows to split
     assert splits(4096, 64 * 132) == []  # tiles enough
+
+
+REFUSED: dict[str, Callable[..., og.Tensor]] = {  # a statistic used before the parts meet, or integers
+    "centred-squares": lambda g, x: g.reduce_sum(g.square(x - g.reduce_mean(x, [0], keepdims=True)), [0]),
+    "exp-minus-max": lambda g, x: g.reduce_sum(g.exp(x - g.reduce_max(x, [0], keepdims=True)), [0]),
+    "softmax": lambda g, x: g.reduce_sum(g.softmax(x, 0) * x, [0]),
+    "log-softmax-row": lambda g, x: g.slice(g.log_softmax(x, 0), [0, 0], [1, 37]),
+    "rms-norm-row": lambda g, x: g.slice(g.rms_norm(x, [0]), [0, 0], [1, 37]),
+    "integers": lambda g, x: g.reduce_sum(g.cast(x, og.int32), [0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_statistics_needing_the_whole_column_are_refused(case: str) -> None:
+    """Found by a review: each part holds only its rows' statistics, so a value computed from one before the
+    last part combines them (a second statistic about a mean or max, a normaliser bound in the top scope, the
+    looped softmax's online statistics) would use a partial; integers would round through the float32
+    workspace. The emitter refuses these (the tuner keeps another configuration); unsplit they are right."""
+    g = og.Graph()
+    x = g.placeholder((203, 37), og.float32)
+    y = REFUSED[case](g, x)
+    ops, ins = region_of([y])
+    with pytest.raises(NotExpressible):
+        region_kernel(ops, ins, [y], config=_split(8, 16, 4))
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=8, rblock=16, looped=True))
+    xv = torch.randn(203, 37, generator=torch.Generator().manual_seed(0)) * 3
+    args = [xv if t is x else t.op.payload for t in ins]
+    (want,) = g.compile({x: x.type}, [y], device="cpu", descriptor=PLAIN).run([xv])
+    torch.testing.assert_close(kernel(*args)[0], want, rtol=1e-4, atol=1e-3)

@@ -85,6 +85,7 @@ class RegionEmitter:
         self.counter = 0
         self.barriers = 0
         self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
+        self._finishing = False  # emitting the last part's code (which may use them)
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -149,6 +150,9 @@ class RegionEmitter:
         return self.size(self.domain, k)
 
     def emit(self, line: str) -> None:
+        if self.partials and not self._finishing and {n for n, _, _ in self.partials} & set(_NAME.findall(line)):
+            # a split column part holds only its rows' statistics: nothing but the last part may use them
+            raise NotExpressible("a statistic of a split column reduction is used before the parts are combined")
         self.scope.lines.append(self.scope.indent + line)
 
     def bind(self, expr: str, stem: str = "t") -> str:
@@ -440,6 +444,7 @@ class RegionEmitter:
         split = self.config.split
         if len(self.partials) > WS_PARTS:
             raise NotExpressible("too many statistics for a split column reduction")
+        self._finishing = True
         cols = "tl.arange(0, XBLOCK)[:, None]"
         for k, (name, _, _) in enumerate(self.partials):
             self.emit(f"tl.store(ws + ((tile * {split} + part) * {WS_PARTS} + {k}) * XBLOCK + {cols}, "
@@ -459,6 +464,7 @@ class RegionEmitter:
         self.emit(f"tl.atomic_xchg({counter}, 0)")  # ready for the next launch
         self.scope = self.top
         self.top.lines.extend(scope.lines)
+        self._finishing = False
 
     def split_moments(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
         """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
@@ -488,6 +494,8 @@ class RegionEmitter:
     def online_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
         """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
         running max grows (looped kernels; a persistent kernel has the row in registers anyway)."""
+        if self.column_split:
+            raise NotExpressible("softmax of a split column reduction")
         memo_key = ("stats", id(op), "online")
         found = self.top.memo.get(memo_key)
         if found is not None:
@@ -607,6 +615,10 @@ class RegionEmitter:
             if self.column_split:
                 if not cfg.looped:
                     raise NotExpressible("a split column reduction walks its part's rows")
+                if not all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4
+                           for op in self.reductions):  # the parts meet in a float32 workspace
+                    raise NotExpressible("a split column reduction of integers or float64")
+                self.partials = []
                 self.emit(f"tile = {pid} // {cfg.split}")
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = tile * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
@@ -729,6 +741,7 @@ def kernel_name(ops: Sequence[Operation]) -> str:
     return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
 MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
 WS_PARTS = 4  # statistics per group
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _TILE_REDUCE = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
                 "prod": "tl.reduce({}, 1, og_mul)"}
 
