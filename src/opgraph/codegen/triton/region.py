@@ -11,7 +11,9 @@ Without reductions a kernel walks its *domain* (the outputs' broadcast shape) in
 (``XBLOCK`` rows per program) and reduced dims. Rows of up to ``PERSISTENT_MAX`` elements are held in
 registers whole (one pass over memory); longer rows are walked in ``RBLOCK`` steps, one loop per group
 of statistics and one final loop that stores (the later passes re-read what is usually still in L2).
-Dynamic sizes are kernel arguments, resolved at launch from the input shapes.
+A long row can be split across programs (``Config.split``) that meet at barriers in a workspace; a column
+reduction's rows split instead into parts of which the last to finish combines the others' partials (no
+waiting). Dynamic sizes are kernel arguments, resolved at launch from the input shapes.
 """
 
 from __future__ import annotations
