@@ -249,3 +249,14 @@ def test_the_rounding_allowance_is_capped(monkeypatch: pytest.MonkeyPatch, capsy
                      "--backends", "opgraph", "--iters", "1", "--warmup", "0", "--threads", "1", "--quiet"]) == 0
         out = capsys.readouterr().out
         assert "opgraph: differs from eager: relative error 1 >" in out, out
+
+
+def test_a_cell_run_op_by_op_says_why() -> None:
+    # on CUDA, a graph that did not replay a CUDA graph is named under the table with the executable's reason
+    row = bench.Row("training", "bert", "BERT-base", "transformers", "cuda:0", "bfloat16", 64, "128 tokens")
+    row.cells = [bench.Cell("eager", times_s=[0.04]),
+                 bench.Cell("opgraph", times_s=[0.05], op_by_op=["forward graph off: capture failed (RuntimeError)"])]
+    table = bench.results_table([row], ["eager", "opgraph"], per_second=True)
+    assert "1280.0 (0.80x) ~ [1]" in table
+    assert "[1] BERT-base bfloat16 batch 64 on cuda:0, opgraph: 1 graph(s) ran op by op: forward graph off: " \
+           "capture failed" in table

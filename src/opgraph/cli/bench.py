@@ -144,6 +144,7 @@ class Cell:
     error: str | None = None
     aten_ops: int | None = None  # opgraph: ATen ops in the graphs it compiled
     fallback_ops: int | None = None  # opgraph: of those, the ones that ran as themselves (no converter yet)
+    op_by_op: list[str] = field(default_factory=list)  # opgraph on CUDA: why graphs did not replay a CUDA graph
 
     @property
     def median_s(self) -> float | None:
@@ -261,6 +262,9 @@ class Bench:
         cell.aten_ops = sum(r.aten_nodes for r in reports)
         cell.fallback_ops = sum(sum(r.fallbacks.values()) + (r.aten_nodes if r.executable is None else 0)
                                 for r in reports)
+        cell.op_by_op = [f"{r.kind} graph {r.executable.cuda_graph_status}" for r in reports
+                         if r.executable is not None and r.executable.device.is_cuda
+                         and r.executable.cuda_graph_status != "on"]
 
     @staticmethod
     def _compile(module: nn.Module, backend: str) -> Callable[..., Any]:
@@ -462,6 +466,8 @@ def _value_text(row: Row, cell: Cell | None, per_second: bool, notes: list[str],
     if cell is None or med is None:
         return "-"
     text = (f"{row.batch / med:.1f}" if per_second else f"{med * 1e3:.2f}") + (f" ({speedup:.2f}x)" if speedup else "")
+    if cell.op_by_op:  # the timing is of launches one by one, not of replays: say why
+        text += " ~ " + note(f"{len(cell.op_by_op)} graph(s) ran op by op: " + "; ".join(cell.op_by_op))
     if cell.matches is False:
         text += " ! " + note(f"differs from eager: relative error {cell.rel_err:.3g} > {cell.tolerance:g}")
     elif cell.matches and ROUNDING_FACTOR * row.rounding > MAX_TOLERANCE:
