@@ -67,6 +67,9 @@ def main() -> None:
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
     args = ap.parse_args()
+    unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
+    if unknown:
+        ap.error(f"unknown backends {sorted(unknown)}: choose from eager, inductor, opgraph")
     warnings.simplefilter("ignore")
     for item in args.models.split(","):
         name, batch = item.split(":")

@@ -31,8 +31,8 @@ from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.sources import READ, VARIABLE
 from ._attention_kernels import attention_forward
-from ._rules import expect_arity, expect_bool, expect_dtype
-from .gradient_support import FILL_LIKE
+from ._rules import expect_arity, expect_bool, expect_dtype, same_dtype
+from .batch_norm_grad import is_zero
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
@@ -79,9 +79,7 @@ def attention_types(q: TensorType, k: TensorType, v: TensorType,
         expect_dtype(t, FLOAT_DTYPES, what=what)
         if t.rank < 2:
             raise ShapeError(f"{what} must have rank >= 2 (..., length, head size), got rank {t.rank}")
-    if not (q.dtype is k.dtype and k.dtype is v.dtype):
-        raise DTypeError(f"query, key and value must have one dtype, got {q.dtype.name}, {k.dtype.name}, "
-                         f"{v.dtype.name}")
+    same_dtype((q, k, v), "query, key and value")
     if not _agree(q.shape[-1], k.shape[-1]):
         raise ShapeError(f"query and key head sizes differ: {q.shape[-1]} and {k.shape[-1]}")
     if not _agree(k.shape[-2], v.shape[-2]):
@@ -177,7 +175,7 @@ def _vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, 
         # a separate op that compiling drops unless the mask's gradient is asked for
         grads.append(g.scaled_dot_product_attention_gradient(c_out, q, k, v, out, lse, mask, a.scale, a.causal,
                                                              mask_gradient=True)[3])
-    if not _engine_zero(c_lse):  # d lse / d scores = the probabilities
+    if not is_zero(c_lse):  # d lse / d scores = the probabilities
         sc = graph_scale(g, q, a.scale)
         ds = g.multiply(graph_probs(g, q, k, mask, lse, a.causal, sc), g.expand_dims(compute(g, c_lse), -1))
         extra = [g.multiply(g.matmul(ds, compute(g, k)), sc), g.multiply(g.matmul(swap_last(g, ds), compute(g, q)), sc)]
@@ -186,11 +184,6 @@ def _vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> tuple[Tensor | None, 
         if len(grads) == 4:
             grads[3] = g.add(compute(g, grads[3]), g.sum_to(ds, mask))
     return (*grads, None) if mask is not None and len(grads) == 3 else tuple(grads)
-
-
-def _engine_zero(t: Tensor) -> bool:
-    """The engine's zeros for an output nothing reads (jvp's stand-ins are not these)."""
-    return t.op.op is FILL_LIKE and t.op.attrs.value == 0
 
 
 def _mask_varies(mask: Tensor | None) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..core.dtype import DType, float32, int64
+from ..core.dtype import DType, int64
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, OpDef
@@ -36,6 +36,7 @@ from ..ir.sources import CONSTANT
 from ..ops import elementwise as ew
 from ..ops import gradient_support as gs
 from ..ops import nn, norm, reduce, shape, unary
+from ..ops.batch_norm_grad import stat_dtype
 from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
 from .program import Program, rewrite
 
@@ -81,14 +82,6 @@ class _Builder:
 Decomposition = Callable[[_Builder, Operation, list[Tensor]], "list[Tensor] | None"]
 
 
-def _compute_dtype(dt: DType) -> DType:
-    return float32 if dt.bits < 32 else dt
-
-
-def _real_float(dt: DType) -> bool:
-    return dt.is_floating and not dt.is_complex
-
-
 # ---- group_norm ----------------------------------------------------------------------------------------
 def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor | None:
     """group_norm's result in the grouped layout ``(N, G, C/G[, S])``, or None where it does not apply."""
@@ -99,7 +92,7 @@ def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor
     c, tail = _channels_and_tail(x.shape)
     groups = a.num_groups
     per = c // groups
-    ct = _compute_dtype(x.dtype)
+    ct = stat_dtype(x.dtype)
     # reshaped before the cast: a region's values all fit its domain, the reduction's input (N, G, C/G[, S])
     grouped = b.cast(b.reshape(x, (x.shape[0], groups, per, *tail), part="grouped"), ct)
     y = b.op(norm.LAYER_NORM, [grouped], norm.LayerNormAttrs(tuple(range(2, grouped.rank)), a.epsilon),
@@ -116,7 +109,7 @@ def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor
 def _group_norm_applies(op: Operation) -> bool:
     """The reshapes need the channel and spatial sizes (the batch may be dynamic) and the parameters' sizes."""
     x, *params = op.inputs
-    return None not in x.shape[1:] and 0 not in x.shape and _real_float(x.dtype) and \
+    return None not in x.shape[1:] and 0 not in x.shape and x.dtype.is_floating and \
         not any(None in p.shape for p in params)
 
 
@@ -214,9 +207,9 @@ def _cross_entropy(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor
     a: SoftmaxCrossEntropyAttrs = op.attrs
     logits, labels = ins
     ax, classes = a.axis, logits.shape[a.axis]
-    if classes is None or 0 in logits.shape or not _real_float(logits.dtype):
+    if classes is None or 0 in logits.shape or not logits.dtype.is_floating:
         return None
-    ct = _compute_dtype(logits.dtype)
+    ct = stat_dtype(logits.dtype)
     ls = float(a.label_smoothing)
     lsm = b.op(nn.LOG_SOFTMAX, [b.cast(logits, ct)], nn.SoftmaxAttrs(ax))
     if labels.dtype.is_floating:  # -sum(t' * lsm), t' = t (1 - ls) + ls / C, as F.cross_entropy smooths

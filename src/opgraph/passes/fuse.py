@@ -12,9 +12,10 @@ outside readers would come first), (3) none of its other inputs depends on that 
 (4) it fits the region's domain: all reductions of a region reduce the same input shape over the same
 axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
 region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its readers first
-(recomputing it costs less than writing it and reading it back). Views at a region's end are left to
-PyTorch (free there), and a region needs two computing ops, or a normalisation (softmax, norms), to be worth
-a kernel.
+(recomputing it costs less than writing it and reading it back), and where a few arithmetic ops on a smaller
+value (a per-channel product) merge into a larger region and compute per element there. Views at a region's
+end are left to PyTorch (free there), and a region needs two computing ops, or a normalisation (softmax,
+norms), to be worth a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
 (group_norm, softmax_cross_entropy) are rewritten, so they fuse too (only here: with fusion on).
@@ -26,19 +27,23 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..core.shape import numel
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor, infer_types
 from ..ir.opdef import FusionKind, OpDef, op_by_name
+from ..ops import elementwise as ew
+from ..ops import unary as un
 from ..ops.registry import attrs
 from .decompose import decompose_for_fusion
 from .program import Program
-from .recompute import recompute_cheap_producers
+from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
 MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
 # ... and only these, a few instructions each (no transcendental functions)
-_ARITHMETIC = frozenset({"add", "subtract", "multiply", "divide", "negative", "maximum", "minimum", "select", "cast",
-                         "abs", "square", "reciprocal", "rsqrt", "sqrt"})
+_ARITHMETIC: frozenset[OpDef] = frozenset({
+    ew.ADD, ew.SUBTRACT, ew.MULTIPLY, ew.DIVIDE, ew.MAXIMUM, ew.MINIMUM, ew.SELECT, ew.CAST,
+    un.NEGATIVE, un.ABS, un.SQUARE, un.RECIPROCAL, un.RSQRT, un.SQRT})
 
 
 @attrs
@@ -113,7 +118,7 @@ def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], t
 
 
 def _numel(t: Tensor) -> int | None:
-    return math.prod(int(d or 0) for d in t.shape) if t.type.is_static else None
+    return numel(t.shape)
 
 
 def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
@@ -130,7 +135,7 @@ def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
     if size is None:
         return False
     recomputed = [o for o in other.ops if _small_value(o, size) and o.op.fusion is FusionKind.ELEMENTWISE]
-    if len(recomputed) > MAX_RECOMPUTED_SMALL_OPS or any(o.op.name not in _ARITHMETIC for o in recomputed):
+    if len(recomputed) > MAX_RECOMPUTED_SMALL_OPS or any(o.op not in _ARITHMETIC for o in recomputed):
         return False
     for o in other.ops:
         t = o.outputs[0]
@@ -146,7 +151,7 @@ def _small_value(o: Operation, size: int) -> bool:
     ``(1, C, 1, 1)``): the generator reaches it through the index rules from its reader and computes it there,
     so it need not fit the region's domain itself."""
     n = _numel(o.outputs[0])
-    return o.op.fusion in (FusionKind.INJECTIVE, FusionKind.ELEMENTWISE) and n is not None and n < size
+    return o.op.fusion in CHEAP and n is not None and n < size
 
 
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
@@ -172,7 +177,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
     for op in ops:
         deps = frozenset().union(*(depends.get(id(t), frozenset()) for t in op.inputs))
-        if op.op.fusion in _FUSABLE and len(op.outputs) == 1 and can_fuse(op):
+        if op.op.fusion in FUSABLE and len(op.outputs) == 1 and can_fuse(op):
             joined = None
             for t in op.inputs:
                 r = region_of.get(id(t.op))
@@ -271,7 +276,6 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                    [op_map[id(o)] for o in program.effects])
 
 
-_FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
 
 
 Part = tuple[list[Operation], list[Tensor], list[Tensor]]  # (ops, inputs, outputs) of one fused op

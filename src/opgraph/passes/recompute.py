@@ -19,22 +19,22 @@ all stay within about the program's size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
+from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind
 from .dce import dead_code_elimination
 from .program import Program, rewrite
 
-_CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
-_FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
+FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
 _MAX_PAIRS_READERS = 8  # readers whose pairs are searched for a link
 _LINK_DEPTH = 12  # ops followed from one reader to another (batch-norm's gradient links within about 8)
 
 
 def _numel(t: Tensor) -> int | None:
-    return math.prod(int(d or 0) for d in t.shape) if t.type.is_static else None
+    return numel(t.shape)
 
 
 def _seals(op: Operation, reduced_axes: Callable[[Operation], tuple[int, ...]]) -> bool:
@@ -64,7 +64,7 @@ def _reaches(start: Operation, goal: Operation, readers: dict[int, list[Operatio
                         return True
                     continue
                 state = (id(r), sealed or _seals(r, reduced_axes))
-                if state not in seen and r.op.fusion in _FUSABLE:
+                if state not in seen and r.op.fusion in FUSABLE:
                     seen.add(state)
                     nxt.append((r, state[1]))
         frontier = nxt
@@ -99,13 +99,13 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
     budget = len(ops) + 64  # copies in all: recomputation at most about doubles the graph
 
     def worth_copying(op: Operation) -> bool:
-        if op.op.fusion not in _CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
+        if op.op.fusion not in CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
             return False
         out, rs = op.outputs[0], original.get(id(op), [])
         size, k = _numel(out), count.get(id(op), 0)
         if size is None or id(out) in outputs or k < 2 or k > budget:
             return False
-        if any(r.op.fusion not in _FUSABLE or len(r.outputs) != 1 or not can_fuse(r) for r in rs):
+        if any(r.op.fusion not in FUSABLE or len(r.outputs) != 1 or not can_fuse(r) for r in rs):
             return False
         full = len({id(t) for t in op.inputs if _numel(t) == size})
         return full * k < full + 1 + k and _linked(rs, id(op) in has_copies, original, reduced_axes)

@@ -166,7 +166,8 @@ class Executable:
         self._cuda_graph = None
         self._recaptures += 1
         if self._recaptures > 3:
-            self.cuda_graph_status = "off: static inputs changed storage on more than three runs"
+            self.cuda_graph_status = ("off: captured more than three times again (static inputs moved or outputs "
+                                      "of the last replay were still held)")
         else:
             self._try_capture(args)
         if self._cuda_graph is not None:
@@ -176,15 +177,15 @@ class Executable:
         return self._fn(*args)
 
     def _timed_trial(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Replays copy inputs and outputs; when that is a fair share of what they save, time one replay and
-        one op-by-op run (the next two runs) and keep the faster way."""
+        """Replays copy the inputs not read in place and the outputs held by callers; when that is a fair share
+        of what they save, time one replay and one op-by-op run (the next two runs) and keep the faster way."""
         assert self._cuda_graph is not None and self._trial is not None
         torch.cuda.synchronize(self._torch_device)
         start = time.perf_counter()
         out = self._cuda_graph.replay(args) if not self._trial else self._fn(*args)
         torch.cuda.synchronize(self._torch_device)
         self._trial.append(time.perf_counter() - start)
-        if out is None:  # a static input moved: capture (and try) again
+        if out is None:  # a static input moved or an output is still held: capture (and try) again
             return self._recapture(args)
         if len(self._trial) == 2:
             replay, plain = self._trial
@@ -418,19 +419,19 @@ class CapturedRun:
                 by_ptr.setdefault(ptr, []).append(k)
         for ks in by_ptr.values():
             storage = self.outputs[ks[0]].untyped_storage()
-            self._storages.append(storage)  # held: its cdata stays valid
-            self._checks.append((storage._cdata, 0, ks))
-        self._checks = [(c, _use_count(c), ks) for c, _, ks in self._checks]
+            self._storages.append(storage)  # held (counted in the baseline): its cdata stays valid
+            self._checks.append((storage._cdata, _use_count(storage._cdata), ks))
 
     def replay(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         for i, ptr, stride in self.static:
             a = args[i]
             if a.data_ptr() != ptr or a.stride() != stride:
                 return None
-        held = [ks for cdata, base, ks in self._checks if _use_count(cdata) > base]
-        if held:  # replaying would overwrite outputs the caller still holds
-            for ks in held:
-                self.copied_outputs.update(ks)
+        if any(_use_count(cdata) > base for cdata, base, _ in self._checks):
+            # replaying would overwrite outputs the caller still holds
+            for cdata, base, ks in self._checks:
+                if _use_count(cdata) > base:
+                    self.copied_outputs.update(ks)
             return None
         for buffer, i in self.copied:
             buffer.copy_(args[i], non_blocking=True)

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...ir.graph import Operation
     from .region import RegionEmitter
 
 PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
@@ -115,7 +118,12 @@ def _splittable(em: RegionEmitter) -> bool:
     waiting for its row's others would wait forever) and for floating statistics (the workspace is float32)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return False
-    return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in em.reductions)
+    return float32_statistics(em.reductions)
+
+
+def float32_statistics(reductions: Sequence[Operation]) -> bool:
+    """Split programs meet in a float32 workspace: floating inputs of at most 4 bytes only."""
+    return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in reductions)
 
 
 __all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "default_config"]

@@ -32,7 +32,7 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from . import indexing as ix
-from .configs import Config, candidate_configs, default_config
+from .configs import Config, candidate_configs, default_config, float32_statistics
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .reductions import REDUCTIONS
 
@@ -617,8 +617,7 @@ class RegionEmitter:
             if self.column_split:
                 if not cfg.looped:
                     raise NotExpressible("a split column reduction walks its part's rows")
-                if not all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4
-                           for op in self.reductions):  # the parts meet in a float32 workspace
+                if not float32_statistics(self.reductions):
                     raise NotExpressible("a split column reduction of integers or float64")
                 self.partials = []
                 self.emit(f"tile = {pid} // {cfg.split}")

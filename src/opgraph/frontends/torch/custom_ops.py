@@ -34,6 +34,8 @@ from typing import Any, Optional
 
 import torch
 
+from ...core.dtype import from_torch
+from ...ops import attention
 from ...ops._attention_kernels import attention_backward as _attention_backward
 from ...ops._attention_kernels import attention_forward as _attention_forward
 
@@ -46,8 +48,8 @@ _AUTOCAST_DEVICES = ("cpu", "cuda", "mps", "xpu")
 
 
 def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The logsumexp's dtype: float64 for float64 inputs, else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    """The logsumexp's dtype (``ops.attention.lse_dtype``'s rule) for a torch dtype."""
+    return attention.lse_dtype(from_torch(dtype)).torch_dtype
 
 
 def op_mask(query: Tensor, mask: MaybeTensor) -> MaybeTensor:

@@ -1,0 +1,85 @@
+"""Where a training step through ``torch.compile(backend="opgraph")`` spends its time, against eager PyTorch,
+and whether each compiled graph replays a CUDA graph: step time, forward-only time and the host time of one
+step (no synchronisation inside), then per graph its kernels, ``cuda_graph_status``, inputs read in place,
+outputs copied out and recaptures (models of ``opgraph bench``; CUDA only).
+
+    python benchmarks/step_breakdown.py --model bert --batch 64 --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+
+import opgraph  # noqa: F401  (registers the backend when not installed)
+from opgraph.cli._bench_models import MODELS, WithLoss, make_data
+from opgraph.frontends.torch import recording
+
+
+def _ms(fn: Callable[[], object], runs: int = 10) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / runs * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="bert", choices=sorted(MODELS), help="a model of opgraph bench")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="bfloat16: autocast")
+    ap.add_argument("--backends", default="eager,opgraph", help="eager and/or opgraph (comma-separated)")
+    args = ap.parse_args()
+    unknown = set(args.backends.split(",")) - {"eager", "opgraph"}
+    if unknown:
+        ap.error(f"unknown backends {sorted(unknown)}: choose from eager, opgraph")
+    warnings.simplefilter("ignore")
+    m = MODELS[args.model]
+    torch.manual_seed(0)
+    model = m.build(False).cuda().train()
+    x, y = make_data(m, args.batch, m.size, torch.device("cuda"))
+    for backend in args.backends.split(","):
+        torch._dynamo.reset()
+        module = WithLoss(model)
+        fn = module if backend == "eager" else torch.compile(module, backend="opgraph",
+                                                             options={"warn_fallbacks": False})
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+        def forward(fn: Callable[..., torch.Tensor] = fn) -> torch.Tensor:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"):
+                return fn(x, y)
+
+        def step(forward: Callable[[], torch.Tensor] = forward, opt: torch.optim.Optimizer = opt) -> None:
+            opt.zero_grad(set_to_none=True)
+            forward().backward()
+            opt.step()
+
+        with recording() as reports:
+            step()
+            step()
+            print(f"{backend}: step {_ms(step):.2f} ms, forward only {_ms(lambda: forward().detach()):.2f} ms")
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            host = time.perf_counter() - start
+            torch.cuda.synchronize()
+            print(f"{backend}: host time of one step (no synchronisation inside) {host * 1e3:.2f} ms")
+        for r in reports:
+            exe = r.executable
+            if exe is not None:
+                print(f"  {r.kind}: {r.aten_nodes} ATen ops, {len(exe.kernels())} kernels, CUDA graph "
+                      f"{exe.cuda_graph_status}; inputs read in place {len(exe._static_inputs)} of "
+                      f"{len(exe.feed_tensors)}, outputs copied out {len(exe._copied_outputs)} of "
+                      f"{len(exe.output_types_)}, recaptures {exe._recaptures}")
+
+
+if __name__ == "__main__":
+    main()
