@@ -99,22 +99,25 @@ def test_static_inputs_are_read_in_place_and_recaptured_when_moved() -> None:
     w.mul_(3.0)  # changed in place: the replay reads the new values (nothing copied)
     torch.testing.assert_close(exe.run([x, w])[0], want(w))
     assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0]
-    for k in range(3):  # another tensor at the static input: captured again once, with that input copied
+    other = torch.randn(8, device="cuda")  # another tensor at the static input: captured again, read in place
+    torch.testing.assert_close(exe.run([x, other])[0], want(other))
+    assert [i for _, i in exe._cuda_graph.copied] == [0] and exe._recaptures == 1
+    for k in range(3):  # moving again: captured again once, with that input copied
         other = torch.randn(8, device="cuda")
         torch.testing.assert_close(exe.run([x, other])[0], want(other))
         assert exe.cuda_graph_status == "on", k
-        assert [i for _, i in exe._cuda_graph.copied] == [0, 1] and exe._recaptures == 1
+        assert [i for _, i in exe._cuda_graph.copied] == [0, 1] and exe._recaptures == 2
     strided = torch.randn(16, device="cuda")[::2]  # other strides: copied as well
     torch.testing.assert_close(exe.run([x, strided])[0], want(strided))
-    assert exe._recaptures == 1
+    assert exe._recaptures == 2
 
 
-def test_inputs_that_move_together_cost_one_capture() -> None:
+def test_inputs_that_move_together_cost_two_captures() -> None:
     exe = _scaled([0, 1])
-    for _ in range(5):  # both static inputs move on the second run: both copied from then on, one capture more
+    for _ in range(5):  # both static inputs move on every run: both copied once they moved twice
         x, w = torch.randn(8, device="cuda"), torch.randn(8, device="cuda")
         torch.testing.assert_close(exe.run([x, w])[0], x.exp() * w + 1.0)
-    assert exe.cuda_graph_status == "on" and exe._recaptures == 1
+    assert exe.cuda_graph_status == "on" and exe._recaptures == 2
     assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0, 1]
 
 

@@ -1,14 +1,17 @@
 """The bookkeeping around CUDA-graph replays, on the CPU: ``CapturedRun.record`` replaced by a stand-in that
 runs the function into fixed output buffers, as a replay writes the graph's own. Checked: outputs are lent (the
 same buffers every replay), outputs the caller still holds make the executable capture again and copy them out
-from then on, static inputs that move are copied from then on, and replays whose copies cost more than their
+from then on, static inputs that move twice are copied from then on (a first move, as a producer captured again
+moves its outputs, keeps them read in place), and replays whose copies cost more than their
 launches save are declined after the capture too. The CUDA path itself: ``tests/runtime/test_cuda_graphs.py``."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,10 +19,18 @@ import opgraph as og
 from opgraph.runtime import executable as ex
 
 
+def _unowned(t: torch.Tensor) -> torch.Tensor:
+    """An alias of ``t``'s memory that does not keep its storage alive, as a CUDA graph reads its inputs."""
+    raw = (ctypes.c_byte * t.untyped_storage().nbytes()).from_address(t.untyped_storage().data_ptr())
+    flat = torch.from_numpy(np.ctypeslib.as_array(raw)).view(t.dtype)
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
 def _record_on_cpu(fn: Any, inputs: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
                    variables: Sequence[str], device: torch.device) -> tuple[Callable[[], None], list[torch.Tensor]]:
     scratch = {name: state[name].clone() for name in variables}
     outputs = [torch.empty_like(t) for t in fn(*inputs, S=scratch)]  # the graph's pool: fresh buffers
+    inputs = [_unowned(t) for t in inputs]  # the caller's memory at capture, not its tensors
 
     def replay() -> None:
         for buffer, value in zip(outputs, fn(*inputs), strict=True):
@@ -86,11 +97,35 @@ def test_moved_static_inputs_are_copied_from_then_on(cpu_graphs: Callable[[og.Ex
     x, w = torch.randn(64), torch.randn(64)
     torch.testing.assert_close(exe.run([x, w]), _want(x, w))
     assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0]
-    for _ in range(3):
+    w2 = torch.randn(64)
+    for _ in range(2):  # moved once: captured again, still read in place
+        torch.testing.assert_close(exe.run([x, w2]), _want(x, w2))
+    assert exe._recaptures == 1 and exe._static_inputs == frozenset({1})
+    for _ in range(3):  # moved again: copied from then on
         w2 = torch.randn(64)
         torch.testing.assert_close(exe.run([x, w2]), _want(x, w2))
-    assert exe._recaptures == 1 and exe._static_inputs == frozenset()
+    assert exe._recaptures == 2 and exe._static_inputs == frozenset()
     assert exe._cuda_graph is not None and [i for _, i in exe._cuda_graph.copied] == [0, 1]
+
+
+def test_a_producer_captured_again_moves_its_readers_inputs_once(
+        cpu_graphs: Callable[[og.Executable], og.Executable]) -> None:
+    # a training step: the forward's lent outputs are the backward's static inputs; the caller keeps the first
+    # step's forward outputs (a loss), so the forward captures again and its outputs move, once
+    forward, backward = cpu_graphs(_exe()), cpu_graphs(_exe(static=[0, 1]))
+    w = torch.randn(64)
+    kept = []
+    for step in range(6):
+        x = torch.randn(64)
+        y, total = forward.run([x, w])
+        got = backward.run([y, w])
+        torch.testing.assert_close(got, _want(_want(x, w)[0], w))
+        if step == 0:
+            kept.append(total)
+        del y, total, got
+    assert forward._recaptures == 1 and backward._recaptures == 1
+    assert backward._static_inputs == frozenset({0, 1}) and backward._cuda_graph is not None
+    assert backward._cuda_graph.copied == []  # the forward's outputs are read where they are
 
 
 def test_a_capture_whose_copies_grew_is_declined(cpu_graphs: Callable[[og.Executable], og.Executable],

@@ -58,6 +58,7 @@ class Executable:
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()
         self._recaptures = 0
+        self._moves: dict[int, int] = {}  # static input -> captures it has moved from
         self._copied_outputs: set[int] = set()  # outputs a replay copies out (found still held by a later run)
         self._copy_bound = False  # capture declined: replays would copy more than launches save
         self._trial: list[float] | None = None  # while deciding: seconds of a timed replay, then op by op
@@ -140,8 +141,8 @@ class Executable:
         """Declare the inputs at ``indices`` (feed order) to be the same tensors on every run, such as a model's
         parameters and buffers (their values may change in place): a CUDA-graph capture reads them where they
         are instead of copying them into its own buffers on every replay. A run that passes another tensor
-        there (other storage or strides) is captured again, with the inputs that moved copied from then on;
-        after three captures more the executable runs op by op.
+        there (other storage or strides) is captured again; an input that moves a second time is copied from
+        then on; after three captures more the executable runs op by op.
 
         >>> import opgraph as og
         >>> g = og.Graph(); x = g.placeholder((4,), og.float32); w = g.placeholder((4,), og.float32)
@@ -157,12 +158,16 @@ class Executable:
             self.cuda_graph_status = "pending (captured on the next run)"
 
     def _recapture(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """A static input moved or the caller holds outputs of the last replay: capture again, with the inputs
-        that moved and the outputs held copied from now on (or give up graphs after three captures more)."""
+        """A static input moved or the caller holds outputs of the last replay: capture again, with the outputs
+        held and the inputs that moved before copied from now on (or give up graphs after three captures more)."""
         assert self._cuda_graph is not None
-        moved = {i for i, ptr, stride in self._cuda_graph.static if args[i].data_ptr() != ptr or
-                 args[i].stride() != stride}
-        self._static_inputs = self._static_inputs - moved
+        moved = [i for i, ptr, stride in self._cuda_graph.static if args[i].data_ptr() != ptr or
+                 args[i].stride() != stride]
+        for i in moved:
+            self._moves[i] = self._moves.get(i, 0) + 1
+        # a first move keeps the input static: a producer that captured again (a forward whose loss the caller
+        # kept) moves all its outputs once, and a backward reading them should not copy them from then on
+        self._static_inputs = self._static_inputs - {i for i in moved if self._moves[i] > 1}
         self._cuda_graph = None
         self._recaptures += 1
         if self._recaptures > 3:
