@@ -1,9 +1,10 @@
 """Where a training step through ``torch.compile(backend="opgraph")`` spends its time, against eager PyTorch,
-and whether each compiled graph replays a CUDA graph: step time, forward-only time and the host time of one
+Inductor, and whether each compiled graph replays a CUDA graph: step time, forward-only time and the host time of one
 step (no synchronisation inside), then per graph its kernels, ``cuda_graph_status``, inputs read in place,
 outputs copied out and recaptures (models of ``opgraph bench``; CUDA only).
 
     python benchmarks/step_breakdown.py --model bert --batch 64 --dtype bfloat16
+    python benchmarks/step_breakdown.py --model resnet50 --batch 128 --backends eager,inductor --channels-last
 """
 
 from __future__ import annotations
@@ -36,21 +37,25 @@ def main() -> None:
     ap.add_argument("--model", default="bert", choices=sorted(MODELS), help="a model of opgraph bench")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="bfloat16: autocast")
-    ap.add_argument("--backends", default="eager,opgraph", help="eager and/or opgraph (comma-separated)")
+    ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="model and images in channels-last memory format (4-d inputs only)")
     args = ap.parse_args()
-    unknown = set(args.backends.split(",")) - {"eager", "opgraph"}
+    unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
-        ap.error(f"unknown backends {sorted(unknown)}: choose from eager, opgraph")
+        ap.error(f"unknown backends {sorted(unknown)}: choose from eager, inductor, opgraph")
     warnings.simplefilter("ignore")
     m = MODELS[args.model]
     torch.manual_seed(0)
     model = m.build(False).cuda().train()
     x, y = make_data(m, args.batch, m.size, torch.device("cuda"))
+    if args.channels_last and x.dim() == 4:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     for backend in args.backends.split(","):
         torch._dynamo.reset()
         module = WithLoss(model)
-        fn = module if backend == "eager" else torch.compile(module, backend="opgraph",
-                                                             options={"warn_fallbacks": False})
+        fn = module if backend == "eager" else torch.compile(module) if backend == "inductor" else \
+            torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
         def forward(fn: Callable[..., torch.Tensor] = fn) -> torch.Tensor:
@@ -73,7 +78,7 @@ def main() -> None:
             torch.cuda.synchronize()
             print(f"{backend}: host time of one step (no synchronisation inside) {host * 1e3:.2f} ms")
         for r in reports:
-            exe = r.executable
+            exe = r.executable if backend == "opgraph" else None
             if exe is not None:
                 print(f"  {r.kind}: {r.aten_nodes} ATen ops, {len(exe.kernels())} kernels, CUDA graph "
                       f"{exe.cuda_graph_status}; inputs read in place {len(exe._static_inputs)} of "

@@ -24,66 +24,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from ..core.dtype import DType, int64
+from ..core.dtype import int64
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, OpDef
-from ..ir.sources import CONSTANT
 from ..ops import elementwise as ew
-from ..ops import gradient_support as gs
 from ..ops import nn, norm, reduce, shape, unary
 from ..ops.batch_norm_grad import stat_dtype
 from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
+from .builder import OpBuilder
 from .program import Program, rewrite
 
-
-class _Builder:
-    """Adds the ops of one decomposition to the new graph, named after the op they replace (``gn.grouped``)
-    with names no op of the old graph has, so the ops copied after it keep theirs."""
-
-    def __init__(self, g: GraphCore, base: str, taken: set[str]) -> None:
-        self.g, self.base, self.taken = g, base, taken
-
-    def _name(self, part: str) -> str:
-        name, k = f"{self.base}.{part}", 1
-        while name in self.taken or name in self.g._names:
-            k += 1
-            name = f"{self.base}.{part}{k}"
-        return name
-
-    def op(self, op: OpDef, ins: Sequence[Tensor], attrs: Any = None, *, part: str = "", last: bool = False) -> Tensor:
-        """``part`` names the op (default: its op name); ``last``: the op standing for the decomposed one, which
-        takes its name."""
-        return self.g._add_op(op, ins, attrs, self.base if last else self._name(part or op.name)).outputs[0]
-
-    def constant(self, value: torch.Tensor, part: str = "constant") -> Tensor:
-        return self.g._add_op(CONSTANT, [], None, self._name(part), payload=value).outputs[0]
-
-    def scalar(self, value: float, dtype: DType) -> Tensor:
-        return self.constant(torch.tensor(value, dtype=dtype.torch_dtype))
-
-    def cast(self, t: Tensor, dtype: DType, *, last: bool = False) -> Tensor:
-        return t if t.dtype is dtype else self.op(ew.CAST, [t], ew.CastAttrs(dtype), last=last)
-
-    def reshape(self, t: Tensor, to: Sequence[int | None], *, part: str = "", last: bool = False) -> Tensor:
-        """A reshape to ``to`` (one dynamic dim becomes -1)."""
-        return self.op(shape.RESHAPE, [t], shape.ReshapeAttrs(tuple(-1 if d is None else d for d in to)), part=part,
-                       last=last)
-
-    def tie(self, t: Tensor, anchor: Tensor) -> Tensor:
-        """``t`` read inside ``anchor``'s region (it broadcasts into ``anchor``'s shape)."""
-        return self.op(gs.BROADCAST_LIKE, [t, anchor])
-
-
-Decomposition = Callable[[_Builder, Operation, list[Tensor]], "list[Tensor] | None"]
+Decomposition = Callable[[OpBuilder, Operation, list[Tensor]], "list[Tensor] | None"]
 
 
 # ---- group_norm ----------------------------------------------------------------------------------------
-def _group_norm_grouped(b: _Builder, op: Operation, ins: list[Tensor]) -> Tensor | None:
+def _group_norm_grouped(b: OpBuilder, op: Operation, ins: list[Tensor]) -> Tensor | None:
     """group_norm's result in the grouped layout ``(N, G, C/G[, S])``, or None where it does not apply."""
     a: norm.GroupNormAttrs = op.attrs
     x, *params = ins
@@ -113,7 +72,7 @@ def _group_norm_applies(op: Operation) -> bool:
         not any(None in p.shape for p in params)
 
 
-def _group_norm(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _group_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
     y = _group_norm_grouped(b, op, ins)
     return None if y is None else [b.reshape(y, ins[0].shape, last=True)]
 
@@ -183,7 +142,7 @@ def _epilogue_chain(op: Operation, readers: dict[int, list[Operation]], outputs:
     return {id(f): _Epilogue(src, x, groups, k == len(chain) - 1) for k, (f, src) in enumerate(chain)}
 
 
-def _in_grouped_layout(b: _Builder, op: Operation, ins: list[Tensor], e: _Epilogue) -> Tensor:
+def _in_grouped_layout(b: OpBuilder, op: Operation, ins: list[Tensor], e: _Epilogue) -> Tensor:
     ref = next(u for old, u in zip(op.inputs, ins, strict=True) if old is e.source)
     args: list[Tensor] = []
     swap = False
@@ -203,7 +162,7 @@ def _in_grouped_layout(b: _Builder, op: Operation, ins: list[Tensor], e: _Epilog
 
 
 # ---- softmax_cross_entropy -----------------------------------------------------------------------------
-def _cross_entropy(b: _Builder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _cross_entropy(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
     a: SoftmaxCrossEntropyAttrs = op.attrs
     logits, labels = ins
     ax, classes = a.axis, logits.shape[a.axis]
@@ -281,7 +240,7 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
     grouped: set[int] = set()  # old values whose new value is in the grouped layout
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> list[Tensor] | None:
-        b = _Builder(g, op.name, taken)
+        b = OpBuilder(g, op.name, taken)
         e = epilogues.get(id(op))
         if e is not None and id(e.source) in grouped:
             grouped.add(id(op.outputs[0]))

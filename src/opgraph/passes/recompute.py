@@ -24,6 +24,7 @@ from collections.abc import Callable
 from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind
+from .builder import fresh_name
 from .dce import dead_code_elimination
 from .program import Program, rewrite
 
@@ -122,12 +123,6 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
         return program
     names = {o.name for o in ops}
 
-    def fresh(base: str, g: GraphCore) -> str:
-        k = 1
-        while f"{base}.r{k}" in names or f"{base}.r{k}" in g._names:
-            k += 1
-        return f"{base}.r{k}"
-
     def copy_of(t: Tensor, local: dict[int, Tensor], g: GraphCore) -> Tensor:
         """``t`` as one reader sees it: a fresh copy of its producer (and of the copied producers under it), made
         once per reader (``local``) however many paths of the reader reach it."""
@@ -136,7 +131,8 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
         if id(t) not in local:
             p = t.op
             ins = [copy_of(u, local, g) for u in p.inputs]
-            local[id(t)] = g._add_op(p.op, ins, p.attrs, fresh(p.name, g), None, [p.outputs[0].type]).outputs[0]
+            name = fresh_name(f"{p.name}.r", names, g)
+            local[id(t)] = g._add_op(p.op, ins, p.attrs, name, None, [p.outputs[0].type]).outputs[0]
         return local[id(t)]
 
     mapping: dict[int, Tensor] = {}
