@@ -221,6 +221,12 @@ def _channels_first(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, n + 1, *range(1, n + 1))
 
 
+def channels_last_stored(x: torch.Tensor) -> torch.Tensor:
+    """An NCHW view of NHWC data, stored channels-last (a copy only where it is not): given one, cuDNN runs its
+    NHWC kernels and returns NHWC-stored results."""
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
 def _channels_last(y: torch.Tensor) -> torch.Tensor:
     n = y.dim() - 2
     return y.permute(0, *range(2, n + 2), 1)
@@ -309,7 +315,7 @@ def _conv_lower(fn: Callable[..., torch.Tensor], depthwise: bool = False) -> Cal
 
         def run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             if cl:
-                x = _channels_first(x)
+                x = channels_last_stored(_channels_first(x))
             if kf:
                 w = _weights_oi(w)
             groups = 1 if depthwise else d.groups

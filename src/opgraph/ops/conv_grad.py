@@ -45,6 +45,7 @@ from .conv import (
     _split,
     _split_weights,
     _weights_oi,
+    channels_last_stored,
 )
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
@@ -138,9 +139,9 @@ def _data_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., Any]]
         def run(grad: torch.Tensor, w: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
             shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
             n, c, sizes = shape[0], shape[-1 if cl else 1], shape[1:-1] if cl else shape[2:]
-            if cl:
-                grad = _channels_first(grad)
             w, groups = _torch_weights(w, kf, depthwise, _groups(d))
+            if cl:  # the weights channels-last too: PyTorch picks the layout of dx from the source and weights
+                grad, w = channels_last_stored(_channels_first(grad)), channels_last_stored(w)
             pads = plan(tuple(sizes), tuple(w.shape[2:]))
             if _symmetric(pads):
                 padding, full = tuple(b for b, _ in pads), tuple(sizes)
@@ -183,7 +184,7 @@ def _weights_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., An
             shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
             o, i, kernel = (shape[-1], shape[-2], shape[:-2]) if kf else (shape[0], shape[1], shape[2:])
             if cl:
-                grad, x = _channels_first(grad), _channels_first(x)
+                grad, x = channels_last_stored(_channels_first(grad)), channels_last_stored(_channels_first(x))
             groups = _groups(d)
             oi = (o, i, *kernel)
             if depthwise:  # (M, C, k...) in PyTorch's form (C * M, 1, k...) with C groups
@@ -200,7 +201,7 @@ def _weights_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., An
                 dw = dw.reshape(i, o, *kernel).transpose(0, 1)
             if kf:
                 dw = dw.permute(*range(2, dw.dim()), 1, 0)
-            return dw
+            return dw.contiguous() if cl else dw  # cuDNN gives channels-last weights: parameters are dense
 
         return run
 

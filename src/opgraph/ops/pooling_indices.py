@@ -366,8 +366,10 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
             if cl:
                 grad, i = grad.permute(0, 3, 1, 2), i.permute(0, 3, 1, 2)
                 like_t = grad.new_empty((shape[0], h, w, shape[3])).permute(0, 3, 1, 2)
-            else:
-                like_t = grad.new_empty(shape)
+            else:  # in the gradient's memory format: PyTorch's kernel writes dx in the format of this source
+                stored_nhwc = grad.is_contiguous(memory_format=torch.channels_last) and not grad.is_contiguous()
+                like_t = torch.empty(shape, dtype=grad.dtype, device=grad.device,
+                                     memory_format=torch.channels_last if stored_nhwc else torch.contiguous_format)
             dx = torch.ops.aten.max_pool2d_with_indices_backward(grad, like_t, *plan.torch2d, False, i)
             return dx.permute(0, 2, 3, 1) if cl else dx
         coords, valid = _decode(mode, plan, idx)

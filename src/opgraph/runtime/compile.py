@@ -50,6 +50,9 @@ class CompilationDescriptor:
     ``triton_interpret=True`` (Triton's interpreter runs the kernels: slow, for checking them without a
     GPU). On by default. ``matmul_epilogues=False`` keeps bias and activation out of the GEMM (then they
     fuse into a region like any elementwise op).
+    ``channels_last``: 2-D convolutions and the ops between them compute on NHWC tensors (``passes.layout``;
+    cuDNN's fast kernels are NHWC). ``None`` (default): on CUDA; ``True``: on every device (tests); ``False``:
+    never.
     """
 
     optimization_level: int = 1
@@ -60,6 +63,7 @@ class CompilationDescriptor:
     fusion: bool = True
     triton_interpret: bool = False
     matmul_epilogues: bool = True
+    channels_last: bool | None = None
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError
@@ -147,6 +151,11 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         program.graph.verify()
     passes = descriptor.passes()
     fusing = descriptor.fusion and (device_kind == "cuda" or descriptor.triton_interpret)
+    if descriptor.optimization_level >= 1 and (descriptor.channels_last or
+                                               (descriptor.channels_last is None and device_kind == "cuda")):
+        from ..passes.layout import channels_last
+
+        passes.append(Pass("channels_last", channels_last))
     if descriptor.fusion and descriptor.matmul_epilogues and descriptor.optimization_level >= 1:
         from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
 

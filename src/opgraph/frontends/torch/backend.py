@@ -41,6 +41,7 @@ class TorchOptions:
     optimization_level: int = 1
     warn_fallbacks: bool = True
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
+    channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA)
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
@@ -60,7 +61,8 @@ class TorchOptions:
     def descriptor(self) -> CompilationDescriptor:
         return CompilationDescriptor(optimization_level=self.optimization_level, check_indices=self.check_indices,
                                      cuda_graphs=self.cuda_graphs, fusion=self.fusion,
-                                     triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues)
+                                     triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues,
+                                     channels_last=self.channels_last)
 
 
 @dataclass

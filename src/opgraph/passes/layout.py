@@ -1,0 +1,259 @@
+"""Channels-last layout: 2-D convolution graphs computed on NHWC tensors.
+
+cuDNN's fastest convolutions (tensor cores, bfloat16 and TF32) read and write NHWC; given NCHW tensors they
+transpose around every call (``nchwToNhwcKernel``), and per-channel work (batch-norm statistics, a bias or
+scale per channel) becomes a strided reduction. This pass rewrites each NCHW ``conv2d`` (and depthwise, and
+their gradients) to its NHWC form with transposes around it, then carries the transposes along in the same
+walk: an elementwise op, a reduction, a batch norm or another transpose reading a transposed value works on
+the untransposed one instead and leaves the transpose after it, so the transposes before the next
+convolution cancel. What remains are transposes where the graph leaves the NHWC world (a flatten before a
+classifier, a graph output): a view there (``permute``), or read in place by a fused region.
+
+Graph inputs of rank 4 that feed data ops are *seeded* (seen as NHWC through a transpose, a view): a
+backward graph reads the activations its forward saved, which the forward returned as NHWC-stored views, so
+they stay NHWC. Pooling ops keep their NCHW form (their indices name positions in it) and PyTorch's kernels
+keep the memory format they are given, so their results are seeded the same way. Where a seed cannot be
+carried, the op reads the original tensor: the pass never copies a tensor to change its layout, except the
+convolutions' own inputs (a graph's images), which the NHWC lowering stores channels-last once.
+
+On by default for CUDA graphs with 2-D convolutions (``CompilationDescriptor(channels_last=...)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.opdef import FusionKind, OpDef
+from ..ir.sources import CONSTANT, PLACEHOLDER
+from ..ops import batch_norm, batch_norm_grad, conv, conv_grad, pooling, pooling_grad, pooling_indices, shape
+from ..ops import gradient_support as gs
+from ..ops._padding import TensorLayout
+from ..ops.reduce import ReduceAttrs
+from ..ops.state import VARIABLE
+from .builder import fresh_name
+from .dce import dead_code_elimination
+from .program import Program, rewrite
+
+TO_NCHW = (0, 3, 1, 2)  # transpose(nhwc, TO_NCHW) is the NCHW tensor: its axis i is the NHWC axis TO_NCHW[i]
+TO_NHWC = (0, 2, 3, 1)
+Perm = tuple[int, ...]
+
+_CONVS = {conv.CONV2D, conv.DEPTHWISE_CONV2D}
+_DATA_GRADS = {conv_grad.CONV2D_DATA_GRADIENT, conv_grad.DEPTHWISE_CONV2D_DATA_GRADIENT}
+_WEIGHT_GRADS = {conv_grad.CONV2D_WEIGHTS_GRADIENT, conv_grad.DEPTHWISE_CONV2D_WEIGHTS_GRADIENT}
+# ops kept in NCHW whose kernels keep a channels-last input's memory format: their results are seeded
+_POOLS = {pooling.MAX_POOL2D, pooling.AVG_POOL2D, pooling.L2_NORM_POOL2D, pooling_grad.AVG_POOL2D_GRADIENT,
+          pooling_grad.L2_NORM_POOL2D_GRADIENT, pooling_indices.MAX_POOL2D_RETURN_INDICES,
+          pooling_indices.MAX_POOL2D_GRADIENT}
+_BATCH_NORMS = {batch_norm.BATCH_NORM_TRAINING, batch_norm_grad.BATCH_NORM_TRAINING_GRADIENT}
+_LEAVES = {PLACEHOLDER, CONSTANT, VARIABLE}
+MAX_RECOMPUTED_DEPTH = 3  # elementwise ops computed again under a transpose, per operand chain
+
+
+def inverse(perm: Sequence[int]) -> Perm:
+    return tuple(sorted(range(len(perm)), key=perm.__getitem__))
+
+
+def _is_nchw_conv(op: Operation) -> bool:
+    """A static 2-D convolution (or gradient) in NCHW with no shape-reference inputs."""
+    if op.op not in _CONVS | _DATA_GRADS | _WEIGHT_GRADS or len(op.inputs) != 2:
+        return False
+    d = op.attrs if op.op in _CONVS else op.attrs.descriptor
+    return d.data_layout is TensorLayout.NCHW and all(t.type.is_static for t in (*op.inputs, *op.outputs))
+
+
+def _data_ports(op: Operation) -> range:
+    """The inputs of ``op`` that hold activations (not convolution weights, not per-channel statistics)."""
+    if op.op in _CONVS or op.op in _DATA_GRADS:
+        return range(1)
+    if op.op in _WEIGHT_GRADS:
+        return range(2)
+    if op.op in _BATCH_NORMS:
+        return range(1 if op.op is batch_norm.BATCH_NORM_TRAINING else 2)
+    if op.op in _POOLS or op.op.fusion is FusionKind.ELEMENTWISE:
+        return range(len(op.inputs))
+    return range(0)
+
+
+def channels_last(program: Program) -> Program:
+    """``program`` with its NCHW 2-D convolutions on NHWC tensors (unchanged when it has none)."""
+    ops = program.graph.ops
+    if not any(_is_nchw_conv(op) for op in ops):
+        return program
+    data_inputs: set[int] = set()  # graph inputs of rank 4 read as activations somewhere
+    for op in ops:
+        for i in _data_ports(op):
+            t = op.inputs[i]
+            if t.op.op is PLACEHOLDER and t.rank == 4 and t.type.is_static:
+                data_inputs.add(id(t))
+    w = _Walk(program, data_inputs)
+    out = rewrite(program, w.visit)
+    back = w.origin  # seeded values: the graph's own inputs and outputs stay the untransposed tensors
+    return dead_code_elimination(Program(out.graph, [back.get(id(t), t) for t in out.inputs],
+                                         [back.get(id(t), t) for t in out.outputs], out.effects))
+
+
+class _Walk:
+    """The rewrite: ``pending`` maps a transpose this pass made to (its input, its perm); ``origin`` maps a
+    seeded value (a transpose of a transpose) to the tensor it stands for."""
+
+    def __init__(self, program: Program, data_inputs: set[int]) -> None:
+        self.taken = {o.name for o in program.graph.ops}
+        self.data_inputs = data_inputs
+        self.pending: dict[int, tuple[Tensor, Perm]] = {}
+        self.origin: dict[int, Tensor] = {}
+        self.unders: dict[tuple[int, Perm], Tensor | None] = {}  # made once per value and perm
+        self.g = GraphCore()
+
+    # ---- building -----------------------------------------------------------------------------
+    def _add(self, op: OpDef, ins: Sequence[Tensor], attrs: object, name: str) -> Operation:
+        return self.g._add_op(op, ins, attrs, fresh_name(name, self.taken, self.g))
+
+    def transpose(self, t: Tensor, perm: Perm, name: str) -> Tensor:
+        """``t`` transposed, marked pending (carried along by the ops after it); a transpose of a pending
+        transpose composes with it."""
+        if id(t) in self.pending:
+            t, inner = self.pending[id(t)]
+            perm = tuple(inner[p] for p in perm)
+        if perm == tuple(range(len(perm))):
+            return t
+        out = self._add(shape.TRANSPOSE, [t], shape.TransposeAttrs(perm), name).outputs[0]
+        self.pending[id(out)] = (t, perm)
+        return out
+
+    def seed(self, t: Tensor, name: str) -> Tensor:
+        """``t`` (NCHW, stored channels-last or not) seen as the NHWC value under a pending transpose."""
+        nhwc = self._add(shape.TRANSPOSE, [t], shape.TransposeAttrs(TO_NHWC), f"{name}.nhwc").outputs[0]
+        out = self._add(shape.TRANSPOSE, [nhwc], shape.TransposeAttrs(TO_NCHW), f"{name}.nchw").outputs[0]
+        self.pending[id(out)] = (nhwc, TO_NCHW)
+        self.origin[id(out)] = t
+        return out
+
+    def nhwc(self, t: Tensor, name: str) -> Tensor:
+        """The NHWC value of the NCHW tensor ``t`` (the input of its pending transpose, or a transpose)."""
+        src, perm = self.pending.get(id(t), (None, None))
+        if src is not None and perm == TO_NCHW:
+            return src
+        return self.transpose(self.origin.get(id(t), t), TO_NHWC, name)
+
+    def _copy(self, op: Operation, ins: Sequence[Tensor]) -> Operation:
+        """``op`` on its inputs as they are: seeded values read as the tensors they stand for."""
+        ins = [self.origin.get(id(t), t) for t in ins]
+        same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
+        return self.g._add_op(op.op, ins, op.attrs, op.name, op.payload, [t.type for t in op.outputs] if same else None)
+
+    # ---- the walk -----------------------------------------------------------------------------
+    def visit(self, op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor]:
+        self.g = g  # the graph ``rewrite`` builds
+        if op.op is PLACEHOLDER and id(op.outputs[0]) in self.data_inputs:
+            return [self.seed(self._copy(op, ins).outputs[0], op.name)]
+        if _is_nchw_conv(op):
+            return self._conv(op, ins)
+        if op.op in _POOLS and all(t.type.is_static for t in op.outputs):
+            made = self._copy(op, ins)
+            return [self.seed(t, f"{op.name}.{k}") if t.rank == 4 else t for k, t in enumerate(made.outputs)]
+        carried = self._carry(op, ins)
+        return carried if carried is not None else self._copy(op, ins)
+
+    def _conv(self, op: Operation, ins: list[Tensor]) -> list[Tensor]:
+        if op.op in _CONVS:
+            attrs = dataclasses.replace(op.attrs, data_layout=TensorLayout.NHWC)
+            y = self.g._add_op(op.op, [self.nhwc(ins[0], f"{op.name}.x"), ins[1]], attrs, op.name).outputs[0]
+            return [self.transpose(y, TO_NCHW, f"{op.name}.nchw")]
+        d = dataclasses.replace(op.attrs.descriptor, data_layout=TensorLayout.NHWC)
+        if op.op in _DATA_GRADS:
+            size = op.attrs.output_shape
+            attrs = conv_grad.ConvGradientAttrs(d, None if size is None else tuple(size[p] for p in TO_NHWC))
+            dx = self.g._add_op(op.op, [self.nhwc(ins[0], f"{op.name}.dy"), ins[1]], attrs, op.name).outputs[0]
+            return [self.transpose(dx, TO_NCHW, f"{op.name}.nchw")]
+        attrs = conv_grad.ConvGradientAttrs(d, op.attrs.output_shape)
+        data = [self.nhwc(ins[0], f"{op.name}.dy"), self.nhwc(ins[1], f"{op.name}.x")]
+        return list(self.g._add_op(op.op, data, attrs, op.name).outputs)
+
+    def _carry(self, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+        """``op`` applied before the pending transpose of an input, when it can be (else None)."""
+        moved = [self.pending[id(t)] for t in ins if id(t) in self.pending]
+        if not moved:
+            return None
+        perm = moved[0][1]
+        if op.op is shape.TRANSPOSE:
+            return [self.transpose(ins[0], op.attrs.perm, op.name)]  # composed: a cancelled pair disappears
+        if op.op.fusion is FusionKind.ELEMENTWISE and len(op.outputs) == 1 and op.outputs[0].rank == len(perm):
+            under = [self._under(t, perm, f"{op.name}.in{k}") for k, t in enumerate(ins)]
+            if any(u is None for u in under):
+                return None
+            y = self.g._add_op(op.op, under, op.attrs, op.name).outputs[0]  # type: ignore[arg-type]
+            return [self.transpose(y, perm, f"{op.name}.nchw")]
+        if isinstance(op.attrs, ReduceAttrs) and len(ins) == 1 and op.op.fusion is FusionKind.REDUCTION:
+            return [self._reduce(op, ins[0], perm)]
+        if op.op in _BATCH_NORMS:
+            return self._batch_norm(op, ins, perm)
+        return None
+
+    def _under(self, t: Tensor, perm: Perm, name: str, depth: int = 0) -> Tensor | None:
+        """A value ``u`` with ``transpose(u, perm)`` equal to ``t`` (broadcasting as ``t`` does), without a copy
+        of anything large: the input of ``t``'s pending transpose, a scalar, a reshape of a value with one
+        non-unit dim, a broadcast of such, a view of a graph leaf, or a few elementwise ops on those (computed
+        again, in a fused region). None when only a copy would do."""
+        if id(t) in self.pending:
+            src, p = self.pending[id(t)]
+            return src if p == perm else None
+        if t.rank == 0:
+            return t
+        key = (id(t), perm)
+        if key not in self.unders:
+            self.unders[key] = self._build_under(t, perm, name, depth)
+        return self.unders[key]
+
+    def _build_under(self, t: Tensor, perm: Perm, name: str, depth: int) -> Tensor | None:
+        if t.rank > len(perm) or not t.type.is_static:
+            return None
+        full = (1,) * (len(perm) - t.rank) + tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
+        back = inverse(perm)
+        target = tuple(full[b] for b in back)
+        order = [b for b in back if full[b] != 1]
+        if order == sorted(order):  # the non-unit dims keep their order: a reshape (a view)
+            return self._add(shape.RESHAPE, [t], shape.ReshapeAttrs(target), name).outputs[0]
+        producer = t.op
+        if producer.op is shape.BROADCAST_TO:
+            inner = self._under(producer.inputs[0], perm, f"{name}.b")
+            if inner is None:
+                return None
+            return self._add(shape.BROADCAST_TO, [inner], shape.BroadcastAttrs(target), name).outputs[0]
+        if producer.op is gs.BROADCAST_LIKE:  # a value broadcast into another's shape (autodiff's seeds)
+            parts = [self._under(u, perm, f"{name}.{k}", depth + 1) for k, u in enumerate(producer.inputs)]
+            if parts[0] is None or parts[1] is None:
+                return None
+            return self._add(gs.BROADCAST_LIKE, parts, producer.attrs, name).outputs[0]
+        if producer.op in _LEAVES:
+            if t.rank < len(perm):
+                t = self._add(shape.RESHAPE, [t], shape.ReshapeAttrs(full), f"{name}.r").outputs[0]
+            return self._add(shape.TRANSPOSE, [t], shape.TransposeAttrs(back), name).outputs[0]
+        if producer.op.fusion is FusionKind.ELEMENTWISE and len(producer.outputs) == 1 and t.rank == len(perm) \
+                and depth < MAX_RECOMPUTED_DEPTH:
+            ins = [self._under(u, perm, f"{name}.{k}", depth + 1) for k, u in enumerate(producer.inputs)]
+            if all(u is not None for u in ins):
+                return self._add(producer.op, ins, producer.attrs, name).outputs[0]  # type: ignore[arg-type]
+        return None
+
+    def _reduce(self, op: Operation, t: Tensor, perm: Perm) -> Tensor:
+        src, _ = self.pending[id(t)]
+        a: ReduceAttrs = op.attrs
+        axes = tuple(sorted(perm[i] for i in a.axes))
+        y = self.g._add_op(op.op, [src], dataclasses.replace(a, axes=axes), op.name).outputs[0]
+        if a.keepdims:
+            return self.transpose(y, perm, f"{op.name}.nchw")
+        kept = [perm[i] for i in range(len(perm)) if i not in a.axes]
+        rest = tuple(sorted(kept).index(v) for v in kept)  # the result's axes among the source's kept axes
+        return self.transpose(y, rest, f"{op.name}.t")
+
+    def _batch_norm(self, op: Operation, ins: list[Tensor], perm: Perm) -> list[Tensor] | None:
+        data = list(_data_ports(op))
+        if len(perm) != 4 or any(self.pending.get(id(ins[i]), (None, None))[1] != perm for i in data):
+            return None
+        under = [self.pending[id(t)][0] if i in data else t for i, t in enumerate(ins)]
+        attrs = dataclasses.replace(op.attrs, axis=perm[op.attrs.axis])
+        made = self.g._add_op(op.op, under, attrs, op.name).outputs
+        return [self.transpose(made[0], perm, f"{op.name}.nchw"), *made[1:]]

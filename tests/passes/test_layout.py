@@ -1,0 +1,222 @@
+"""The channels-last pass (``passes.layout``): every rewrite against the same graph compiled without it (float64,
+so differences are rounding only), the transposes it leaves (none between convolutions), pooling indices kept
+as they were, and a small CNN trained through the backend against eager PyTorch, plain and fused (Triton's
+interpreter)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import opgraph as og
+from opgraph.ops.shape import TRANSPOSE
+
+ON = og.CompilationDescriptor(channels_last=True, verify_each_pass=True, fusion=False)
+OFF = og.CompilationDescriptor(channels_last=False, fusion=False)
+N, C, H, W = 2, 4, 5, 6
+PAD = og.Conv2dDescriptor(padding_left=1, padding_right=1, padding_top=1, padding_bottom=1)
+
+
+def _check(g: og.Graph, feeds: dict[og.Tensor, torch.Tensor], targets: list[og.Tensor]) -> og.Executable:
+    types = {t: t.type for t in feeds}
+    on = g.compile(types, targets, device="cpu", descriptor=ON)
+    off = g.compile(types, targets, device="cpu", descriptor=OFF)
+    got, want = on.run(list(feeds.values())), off.run(list(feeds.values()))
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    return on
+
+
+def _transposes(exe: og.Executable) -> list[str]:
+    return [o.name for o in exe.program.graph.ops if o.op is TRANSPOSE]
+
+
+def _image(g: og.Graph) -> tuple[og.Tensor, og.Tensor, dict[og.Tensor, torch.Tensor]]:
+    x = g.placeholder((N, 3, H, W), og.float64, name="x")
+    w = g.placeholder((C, 3, 3, 3), og.float64, name="w")
+    return x, w, {x: torch.randn(N, 3, H, W, dtype=torch.float64), w: torch.randn(C, 3, 3, 3, dtype=torch.float64)}
+
+
+def test_no_transposes_between_convolutions() -> None:
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    w2 = g.placeholder((C, C, 3, 3), og.float64, name="w2")
+    bias = g.placeholder((C, 1, 1), og.float64, name="bias")
+    feeds |= {w2: torch.randn(C, C, 3, 3, dtype=torch.float64), bias: torch.randn(C, 1, 1, dtype=torch.float64)}
+    y = g.relu(g.conv2d(x, w, PAD) + bias)
+    z = g.conv2d(y, w2, PAD) * 0.5 + y
+    out = g.reduce_mean(z, [2, 3])
+    exe = _check(g, feeds, [out])
+    assert _transposes(exe) == ["x.nhwc"]  # the image, seen NHWC; the mean over H, W needs none after it
+    assert all(o.attrs.data_layout is og.TensorLayout.NHWC for o in exe.program.graph.ops if o.op.name == "conv2d")
+
+
+def test_graph_outputs_keep_their_nchw_meaning() -> None:
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    y = g.conv2d(x, w, PAD)
+    exe = _check(g, feeds, [g.sigmoid(y), y])
+    assert len(_transposes(exe)) == 3  # the image, and one view back to NCHW per output
+
+
+def test_without_convolutions_nothing_changes() -> None:
+    g = og.Graph()
+    x = g.placeholder((N, C, H, W), og.float64, name="x")
+    exe = _check(g, {x: torch.randn(N, C, H, W, dtype=torch.float64)}, [g.relu(x) + 1.0])
+    assert "channels_last" not in [r.name for r in exe.pass_log if r.ops_before != r.ops_after]
+    assert _transposes(exe) == []
+
+
+_OPERANDS = ["scalar", "channel", "channel4", "sample", "leaf", "computed"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(operands=st.lists(st.sampled_from(_OPERANDS), min_size=1, max_size=4),
+       tail=st.sampled_from(["none", "reduce", "transpose", "conv"]),
+       axes=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True), keepdims=st.booleans(),
+       perm=st.permutations(range(4)))
+def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: list[int], keepdims: bool,
+                                          perm: list[int]) -> None:
+    """Elementwise ops whose other operand is cheap to see NHWC (a scalar, a per-channel or per-sample value, a
+    broadcast, a graph input) or not (a value computed in NCHW), then a reduction, a transpose or a convolution:
+    the same values with the pass as without."""
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    y = g.conv2d(x, w, PAD)
+    for k, kind in enumerate(operands):
+        if kind == "scalar":
+            other = g.constant(1.5, og.float64)
+        elif kind in ("channel", "channel4", "sample"):
+            shape = {"channel": (C, 1, 1), "channel4": (1, C, 1, 1), "sample": (N, C, 1, 1)}[kind]
+            p = g.placeholder(shape, og.float64, name=f"p{k}")
+            feeds[p] = torch.randn(shape, dtype=torch.float64)
+            other = g.broadcast_to(g.exp(p), (N, C, H, W)) if kind == "sample" else p
+        elif kind == "leaf":
+            other = g.placeholder((N, C, H, W), og.float64, name=f"p{k}")
+            feeds[other] = torch.randn(N, C, H, W, dtype=torch.float64)
+        else:  # computed in NCHW: a reshape of something else
+            p = g.placeholder((N, C * H * W), og.float64, name=f"p{k}")
+            feeds[p] = torch.randn(N, C * H * W, dtype=torch.float64)
+            other = g.reshape(g.tanh(p), (N, C, H, W))
+        y = [g.add, g.multiply, g.subtract, g.maximum][k % 4](y, other)
+    if tail == "reduce":
+        y = g.reduce_sum(y, sorted(axes), keepdims=keepdims)
+    elif tail == "transpose":
+        y = g.sin(g.transpose(y, perm))
+    elif tail == "conv":
+        w2 = g.placeholder((C, C, 1, 1), og.float64, name="w2")
+        feeds[w2] = torch.randn(C, C, 1, 1, dtype=torch.float64)
+        y = g.conv2d(g.relu(y), w2)
+    _check(g, feeds, [y])
+
+
+def test_pooling_indices_keep_their_values() -> None:
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    d = og.Pooling2dDescriptor(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2,
+                               return_indices_mode=og.PoolingReturnIndicesMode.GLOBAL_FLATTEN_2D)
+    values, indices = g.max_pool2d_return_indices(g.relu(g.conv2d(x, w, PAD)), d)
+    grad = g.max_pool2d_gradient(g.exp(values), indices, (N, C, H, W), d)
+    exe = _check(g, feeds, [values, indices, grad * 2.0])
+    assert [getattr(o.attrs, "descriptor", o.attrs).data_layout for o in exe.program.graph.ops
+            if o.op.name.startswith("max_pool")] == \
+        [og.TensorLayout.NCHW] * 2
+
+
+def test_batch_norm_and_gradients_of_a_conv_block() -> None:
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    gamma = g.placeholder((C,), og.float64, name="gamma")
+    beta = g.placeholder((C,), og.float64, name="beta")
+    feeds |= {gamma: torch.rand(C, dtype=torch.float64) + 0.5, beta: torch.randn(C, dtype=torch.float64)}
+    y, _, _ = g.batch_norm_training(g.conv2d(x, w, PAD), gamma, beta)
+    loss = g.reduce_sum(g.relu(y) * g.relu(y))
+    grads = g.gradients(loss, [x, w, gamma, beta])
+    exe = _check(g, feeds, [loss, *(grads[t] for t in (x, w, gamma, beta))])
+    assert {o.attrs.axis for o in exe.program.graph.ops if o.op.name.startswith("batch_norm")} == {3}
+
+
+def test_depthwise_convolution_and_its_gradients() -> None:
+    g = og.Graph()
+    x = g.placeholder((N, C, H, W), og.float64, name="x")
+    w = g.placeholder((2, C, 3, 3), og.float64, name="w")
+    feeds = {x: torch.randn(N, C, H, W, dtype=torch.float64), w: torch.randn(2, C, 3, 3, dtype=torch.float64)}
+    d = og.DepthwiseConv2dDescriptor(padding_style=og.PaddingStyle.TF_SAME)
+    loss = g.reduce_sum(g.square(g.depthwise_conv2d(x, w, d)))
+    grads = g.gradients(loss, [x, w])
+    exe = _check(g, feeds, [loss, grads[x], grads[w]])
+    names = [o.op.name for o in exe.program.graph.ops]
+    assert "depthwise_conv2d_data_gradient" in names and "depthwise_conv2d_weights_gradient" in names
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.b2 = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pool(torch.relu(self.b1(self.c1(x))))
+        z = torch.relu(self.b2(self.c2(y)) + y)
+        return self.fc(z.mean((2, 3)))
+
+
+@pytest.mark.parametrize("fusion", [False, True], ids=["plain", "fused"])
+def test_a_cnn_trains_through_the_backend_as_in_eager(fusion: bool) -> None:
+    torch.manual_seed(0)
+    model = _Net().double()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="opgraph", options={
+        "channels_last": True, "fusion": fusion, "triton_interpret": fusion, "warn_fallbacks": False})
+    opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+    for _ in range(2):
+        x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+        for m, o in ((compiled, opt), (twin, opt2)):
+            o.zero_grad()
+            m(x).square().sum().backward()
+            o.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10, msg=name)
+    for name in ("b1.running_mean", "b2.running_var"):
+        torch.testing.assert_close(model.get_buffer(name), twin.get_buffer(name), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_a_cnn_trains_channels_last_on_cuda_as_in_eager() -> None:
+    """On CUDA the pass is on by default: the convolutions run NHWC (cuDNN), the rest in fused regions, and
+    three SGD steps match eager PyTorch (TF32 off on both sides)."""
+    from opgraph.frontends.torch import recording
+
+    torch.manual_seed(0)
+    model = _Net().cuda()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="opgraph", options={"warn_fallbacks": False})
+    opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, twin))
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with recording() as reports:
+            for _ in range(3):
+                x = torch.randn(4, 3, 16, 16, device="cuda")
+                for m, o in ((compiled, opt), (twin, opt2)):
+                    o.zero_grad()
+                    m(x).square().sum().backward()
+                    o.step()
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+        assert p.grad is not None and p.grad.is_contiguous(), name  # weight gradients dense, as eager's
+    layouts = {o.attrs.data_layout if o.op.name == "conv2d" else o.attrs.descriptor.data_layout
+               for r in reports if r.executable is not None for o in r.executable.program.graph.ops
+               if o.op.name.startswith("conv2d")}
+    assert layouts == {og.TensorLayout.NHWC}
