@@ -10,6 +10,7 @@ magnitude, with a tolerance per dtype (float32 tight, 16-bit a few units of thei
 
 from __future__ import annotations
 
+import ast
 import random
 from collections.abc import Callable
 from typing import Any
@@ -195,4 +196,29 @@ def test_patched_persistent_max_makes_looped_kernels() -> None:
     with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
         exe = g.compile({x: x.type}, [y], device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
         (kernel,) = [k for k in exe.kernels() if k.op == "fused_region"]
-    assert "for r" in (kernel.source or ""), kernel.source
+    assert "for start" in (kernel.source or ""), kernel.source
+
+
+def test_looped_kernels_never_reuse_a_loop_variable() -> None:
+    # a loop variable once was "r" + counter + "0" ("r20"), which a later fresh "r20" inside the next loop could
+    # take: Triton's compiler (not its interpreter) rejects that as a loop-carried type change. Prologues of every
+    # length move the counter past each loop variable's name.
+    two_loops = 0
+    for length in range(1, 30):
+        g = og.Graph()
+        x = g.placeholder((2, 3, 4, 5), og.float32)
+        y = x
+        for k in range(length):
+            y = g.sin(y) + float(k)
+        sums = [g.reduce_sum(y, [0, 2, 3]), g.reduce_sum(y * x, [0, 2, 3])]  # one loop each over (N, H, W)
+        with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
+            exe = g.compile({x: x.type}, sums, device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
+            sources = [k.source or "" for k in exe.kernels() if k.op == "fused_region"]
+        for source in sources:
+            tree = ast.parse(source)
+            loops = [n.target.id for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)]
+            assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                        if isinstance(t, ast.Name)}
+            assert not set(loops) & assigned, (length, source)
+        two_loops += any(source.count("for ") >= 2 for source in sources)
+    assert two_loops >= 20  # most lengths fit one kernel with a loop per sum

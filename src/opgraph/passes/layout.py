@@ -223,10 +223,10 @@ class _Walk:
                 return None
             return self._add(shape.BROADCAST_TO, [inner], shape.BroadcastAttrs(target), name).outputs[0]
         if producer.op is gs.BROADCAST_LIKE:  # a value broadcast into another's shape (autodiff's seeds)
-            parts = [self._under(u, perm, f"{name}.{k}", depth + 1) for k, u in enumerate(producer.inputs)]
-            if parts[0] is None or parts[1] is None:
+            value, anchor = (self._under(u, perm, f"{name}.{k}", depth + 1) for k, u in enumerate(producer.inputs))
+            if value is None or anchor is None:
                 return None
-            return self._add(gs.BROADCAST_LIKE, parts, producer.attrs, name).outputs[0]
+            return self._add(gs.BROADCAST_LIKE, [value, anchor], producer.attrs, name).outputs[0]
         if producer.op in _LEAVES:
             if t.rank < len(perm):
                 t = self._add(shape.RESHAPE, [t], shape.ReshapeAttrs(full), f"{name}.r").outputs[0]

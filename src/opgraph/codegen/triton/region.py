@@ -538,14 +538,14 @@ class RegionEmitter:
         return name
 
     def open_loop(self) -> _Scope:
-        r = self.fresh("r")
+        r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
         if self.column_split:  # this part's rows only
-            self.emit(f"for {r}0 in range(part * chunk, part * chunk + chunk, RBLOCK):")
+            self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
         else:
-            self.emit(f"for {r}0 in range(0, {self.reduced_count()}, RBLOCK):")
+            self.emit(f"for {r} in range(0, {self.reduced_count()}, RBLOCK):")
         scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ")
         self.scope = scope
-        rflat = f"{r}0 + tl.arange(0, RBLOCK)[None, :]"
+        rflat = f"{r} + tl.arange(0, RBLOCK)[None, :]"
         ri = self.fresh("ri")
         self.emit(f"{ri} = {rflat}")
         self.rdep.add(ri)
