@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=18, help="kernels listed per run")
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
+    ap.add_argument("--channels-last", action="store_true", help="opgraph with options channels_last=True")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -82,7 +83,8 @@ def main() -> None:
             x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
-                torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph"})
+                torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",
+                                                                 "channels_last": args.channels_last})
 
             def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
                      opt: torch.optim.Optimizer = opt) -> None:

@@ -39,7 +39,8 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="bfloat16: autocast")
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--channels-last", action="store_true",
-                    help="model and images in channels-last memory format (4-d inputs only)")
+                    help="model and images in channels-last memory format (4-d inputs only); opgraph with "
+                         "options channels_last=True")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -55,7 +56,8 @@ def main() -> None:
         torch._dynamo.reset()
         module = WithLoss(model)
         fn = module if backend == "eager" else torch.compile(module) if backend == "inductor" else \
-            torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
+            torch.compile(module, backend="opgraph", options={"warn_fallbacks": False,
+                                                              "channels_last": args.channels_last})
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
         def forward(fn: Callable[..., torch.Tensor] = fn) -> torch.Tensor:

@@ -91,6 +91,41 @@ def test_offered_when_column_tiles_are_few() -> None:
     assert splits(4096, 64 * 132) == []  # tiles enough
 
 
+def test_split_is_the_default_for_a_few_very_long_columns() -> None:
+    # NHWC batch-norm statistics: 64 channels over 32 * 56 * 56 rows would be one program unsplit
+    def default(rows: int, cols: int) -> Config:
+        g = og.Graph()
+        x = g.placeholder((rows, cols), og.float32)
+        y = g.reduce_sum(x, [0])
+        ops, ins = region_of([y])
+        with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+                mock.patch.object(configs, "_splittable", lambda em: True):
+            return configs.default_config(RegionEmitter(ops, ins, [y]))
+
+    assert default(32 * 56 * 56, 64).split > 1
+    assert default(4096, 2560).split == 1  # 40 tiles of 64: enough programs unsplit (the tuner still times both)
+
+
+def test_the_strided_variant_is_tuned_over_the_same_configurations() -> None:
+    # channels-last inputs reach a region as strided views: its variant for them once had no alternatives, so
+    # a column reduction over 64 channels ran as one program walking every row
+    g = og.Graph()
+    x = g.placeholder((4096, 64), og.float32)
+    y = g.reduce_sum(g.relu(x), [0])
+    ops, ins = region_of([y])
+    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True):
+        kernel = region_kernel(ops, ins, [y])
+        strided = kernel.strided()
+        plain, others = kernel.alternatives(), strided.alternatives()
+    assert [k.config for k in others] == [k.config for k in plain] and any(k.config.split > 1 for k in others)
+    assert all("st0_" in k.source for k in others) and not any("st0_" in k.source for k in plain)
+    xv = torch.randn(64, 4096).t()  # a transposed view: the strided variant's input
+    want = xv.relu().sum(0)
+    for k in (strided, *others):
+        torch.testing.assert_close(k(xv)[0], want, rtol=1e-5, atol=1e-4)
+
+
 REFUSED: dict[str, Callable[..., og.Tensor]] = {  # a statistic used before the parts meet, or integers
     "centred-squares": lambda g, x: g.reduce_sum(g.square(x - g.reduce_mean(x, [0], keepdims=True)), [0]),
     "exp-minus-max": lambda g, x: g.reduce_sum(g.exp(x - g.reduce_max(x, [0], keepdims=True)), [0]),

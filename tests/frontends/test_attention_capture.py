@@ -402,3 +402,18 @@ def test_capture_can_be_switched_off() -> None:
     ops, _ = _attention_ops(list(reports))
     assert "scaled_dot_product_attention" not in ops, ops
     torch.testing.assert_close(got, model(x, _mask()), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad,error,words", [
+    (dict(query=torch.randn(8)), og.ShapeError, "query must have rank >= 2"),
+    (dict(key=torch.randn(2, 5, 7)), og.ShapeError, "head sizes differ"),
+    (dict(mask=torch.ones(4, 5, dtype=torch.int64)), og.DTypeError, "mask must be bool"),
+    (dict(query=torch.randn(2, 4, 8, dtype=torch.float64)), og.DTypeError, "one dtype"),
+    (dict(mask=torch.ones(3, 4, 5)), og.ShapeError, "does not broadcast"),
+])
+def test_the_custom_op_names_itself_and_the_types_on_bad_inputs(bad: dict[str, torch.Tensor], error: type,
+                                                                   words: str) -> None:
+    args = dict(query=torch.randn(2, 4, 8), key=torch.randn(2, 5, 8), value=torch.randn(2, 5, 3), mask=None) | bad
+    with pytest.raises(error, match=words) as info:
+        torch.ops.opgraph.attention(args["query"], args["key"], args["value"], args["mask"], False, None)
+    assert str(info.value).startswith("opgraph::attention(") and "float32(2, 5, 3)" in str(info.value)

@@ -56,8 +56,9 @@ def test_training_steps_replay_and_match_eager(zero_grads: bool) -> None:
     assert forward.cuda_graph_status == "on" and backward.cuda_graph_status == "on"
     # the forward copies out only what the loop keeps (the logits behind the loss); the saved activations are lent
     assert len(forward._copied_outputs) <= 2 < len(forward.output_types_), forward._copied_outputs
-    # the loss's gradient may move once, gradients accumulated in place are held once; the activations stay put
-    assert backward._recaptures <= (1 if zero_grads else 2), backward._recaptures
+    # the loss's gradient moves: captured again once (still read in place), then copied once it moves again;
+    # gradients accumulated in place are held once; the activations stay put
+    assert backward._recaptures <= (2 if zero_grads else 3), backward._recaptures
 
 
 def test_explain_shows_both_training_graphs_replaying() -> None:

@@ -192,14 +192,14 @@ def test_a_cnn_trains_through_the_backend_as_in_eager(fusion: bool) -> None:
 
 @pytest.mark.gpu
 def test_a_cnn_trains_channels_last_on_cuda_as_in_eager() -> None:
-    """On CUDA the pass is on by default: the convolutions run NHWC (cuDNN), the rest in fused regions, and
-    three SGD steps match eager PyTorch (TF32 off on both sides)."""
+    """On CUDA (``channels_last=None``: there only) the convolutions run NHWC (cuDNN), the rest in fused regions,
+    and three SGD steps match eager PyTorch (TF32 off on both sides)."""
     from opgraph.frontends.torch import recording
 
     torch.manual_seed(0)
     model = _Net().cuda()
     twin = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="opgraph", options={"warn_fallbacks": False})
+    compiled = torch.compile(model, backend="opgraph", options={"warn_fallbacks": False, "channels_last": None})
     opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, twin))
     saved = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False

@@ -16,7 +16,7 @@ keep the memory format they are given, so their results are seeded the same way.
 carried, the op reads the original tensor: the pass never copies a tensor to change its layout, except the
 convolutions' own inputs (a graph's images), which the NHWC lowering stores channels-last once.
 
-On by default for CUDA graphs with 2-D convolutions (``CompilationDescriptor(channels_last=...)``).
+Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``: on CUDA; off by default for now).
 """
 
 from __future__ import annotations

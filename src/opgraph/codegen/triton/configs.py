@@ -61,11 +61,15 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             out += [Config(reduction=True, xblock=16, rblock=128, looped=True, num_warps=4),
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
             if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
+                splits = []
                 for xblock, rblock in ((32, 32), (16, 64)):
                     split = _column_split(kept, xblock, rnumel, rblock, sms)
                     if split > 1:
-                        out.append(Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4,
-                                          split=split))
+                        splits.append(Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4,
+                                             split=split))
+                # a few programs walking very long columns (NHWC batch-norm statistics): split is the default too
+                first = splits[:1] if splits and -(-kept // out[0].xblock) * 8 <= sms else []
+                out = first + out + splits[1:] if first else out + splits
         return out
     if rnumel is not None and rnumel <= PERSISTENT_MAX:
         rblock = max(2, 1 << (rnumel - 1).bit_length())

@@ -248,18 +248,19 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
     if not strided:
         kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
                                                strided=True, scalars=scalars)
-        others = candidate_configs(em)[1:] if config is None else []
-        if others:
-            def alternatives() -> list[RegionKernel]:
-                out = []
-                for c in others:
-                    try:
-                        out.append(region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir, scalars=scalars))
-                    except NotExpressible:  # e.g. a split column reduction whose region stores full values
-                        continue
-                return out
+    others = candidate_configs(em)[1:] if config is None else []
+    if others:  # the strided variant is tuned too: its default can be one program walking every row
+        def alternatives() -> list[RegionKernel]:
+            out = []
+            for c in others:
+                try:
+                    out.append(region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir, strided=strided,
+                                             scalars=scalars))
+                except NotExpressible:  # e.g. a split column reduction whose region stores full values
+                    continue
+            return out
 
-            kernel.alternatives = alternatives
+        kernel.alternatives = alternatives
     return kernel
 
 

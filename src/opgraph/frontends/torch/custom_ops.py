@@ -35,6 +35,8 @@ from typing import Any, Optional
 import torch
 
 from ...core.dtype import from_torch
+from ...core.errors import OpgraphError
+from ...core.types import TensorType
 from ...ops import attention
 from ...ops._attention_kernels import attention_backward as _attention_backward
 from ...ops._attention_kernels import attention_forward as _attention_forward
@@ -60,15 +62,20 @@ def op_mask(query: Tensor, mask: MaybeTensor) -> MaybeTensor:
 
 
 def _check(query: Tensor, key: Tensor, value: Tensor, mask: MaybeTensor) -> list[int]:
-    """The leading (batch) dims of the result; raises as PyTorch's attention does on inputs it refuses."""
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise RuntimeError("opgraph::attention: query, key and value need at least 2 dims (..., length, head size)")
-    if not (query.dtype == key.dtype == value.dtype) or not query.dtype.is_floating_point:
-        raise RuntimeError(f"opgraph::attention: query, key and value must have one floating dtype, got "
-                           f"{query.dtype}, {key.dtype} and {value.dtype}")
-    if mask is not None and mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise RuntimeError(f"opgraph::attention: the mask must be bool or floating, got {mask.dtype}")
-    return list(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
+    """The leading (batch) dims of the result; bad inputs raise the fused op's own errors (``og.ShapeError``,
+    ``og.DTypeError``) naming this op and the input types."""
+    def typed(t: Tensor, dtype: torch.dtype) -> TensorType:
+        return TensorType(tuple(d if isinstance(d, int) else None for d in t.shape), from_torch(dtype))
+
+    types = [typed(t, t.dtype) for t in (query, key, value)]
+    if mask is not None:  # a float mask is cast to the query's dtype (op_mask)
+        types.append(typed(mask, query.dtype if mask.dtype.is_floating_point else mask.dtype))
+    try:
+        out, _ = attention.attention_types(types[0], types[1], types[2], types[3] if mask is not None else None)
+    except OpgraphError as e:
+        raise type(e)(f"opgraph::attention({', '.join(str(t) for t in types)}): {e}") from None
+    return list(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])) \
+        if None in out.shape[:-2] else [int(d) for d in out.shape[:-2]]  # type: ignore[arg-type]
 
 
 # ---- the forward -------------------------------------------------------------------------------------------
