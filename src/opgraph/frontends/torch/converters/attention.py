@@ -74,14 +74,15 @@ class _Mask:
 
 
 def _forward(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float,
-             is_causal: bool, scale: Any) -> tuple[Tensor, Tensor]:
-    """(output, logsumexp per query in the op's dtype; 0 for a query with nothing kept)."""
+             is_causal: bool, scale: Any, *, kept_nothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """(output, logsumexp per query in the op's dtype; ``kept_nothing`` for a query with nothing kept: PyTorch's
+    kernels give 0, the op -inf)."""
     g = ctx.g
     _check_attention(q, k, v, dropout_p)
     m = _Mask(ctx, q, k, mask, is_causal)
     out, lse = g.scaled_dot_product_attention_with_logsumexp(q, k, v, m.mask, _scale(scale), m.causal)
-    if m.mask is not None:
-        lse = g.select(g.equal(lse, -math.inf), 0.0, lse)
+    if m.mask is not None and kept_nothing != -math.inf:
+        lse = g.select(g.equal(lse, -math.inf), kept_nothing, lse)
     return out, lse
 
 
@@ -147,10 +148,7 @@ def _opgraph_attention(ctx: ConvertContext, q: Tensor, k: Tensor, v: Tensor, att
                        is_causal: bool, scale: Any) -> tuple[Tensor, Tensor]:
     """(output, logsumexp; -inf for a query with nothing kept, as the op's convention); a float mask cast to the
     query's dtype."""
-    _check_attention(q, k, v, 0.0)
-    m = _Mask(ctx, q, k, attn_mask, is_causal)
-    out, lse = ctx.g.scaled_dot_product_attention_with_logsumexp(q, k, v, m.mask, _scale(scale), m.causal)
-    return out, lse
+    return _forward(ctx, q, k, v, attn_mask, 0.0, is_causal, scale, kept_nothing=-math.inf)
 
 
 @converts(ATTENTION_BACKWARD)
@@ -159,13 +157,9 @@ def _opgraph_attention_backward(ctx: ConvertContext, go: Tensor, q: Tensor, k: T
                                 mask_grad: bool) -> tuple[Tensor | None, ...]:
     """(dquery, dkey, dvalue, dmask): the mask's gradient in its dtype when asked for and float, else the op's
     empty tensor."""
-    _floating(go)
-    _check_attention(q, k, v, 0.0)
-    m = _Mask(ctx, q, k, attn_mask, is_causal)
-    wanted = bool(mask_grad) and m.floating
-    grads = ctx.g.scaled_dot_product_attention_gradient(go, q, k, v, out, logsumexp, m.mask, _scale(scale),
-                                                        m.causal, mask_gradient=wanted)
-    return (*grads[:3], m.grad(grads[3]) if wanted else _traced_zeros(ctx, 3))
+    wanted = bool(mask_grad) and attn_mask is not None and attn_mask.dtype.is_floating
+    grads = _backward(ctx, go, q, k, v, attn_mask, out, logsumexp, 0.0, is_causal, scale, mask_grad=wanted)
+    return (*grads[:3], grads[3] if wanted else _traced_zeros(ctx, 3))
 
 
 @converts(aten._transformer_encoder_layer_fwd.default)
