@@ -72,6 +72,30 @@ def test_without_convolutions_nothing_changes() -> None:
     assert _transposes(exe) == []
 
 
+def test_an_input_on_a_branch_without_convolutions_is_left_as_it_is() -> None:
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    u = g.placeholder((N, C, H, W), og.float64, name="u")
+    feeds[u] = torch.randn(N, C, H, W, dtype=torch.float64)
+    exe = _check(g, feeds, [g.conv2d(x, w, PAD), g.exp(u) * 2.0])
+    assert not any(name.startswith("u.") for name in _transposes(exe))  # read in NHWC order it would be strided
+
+
+def test_a_variable_read_after_an_assign_keeps_its_old_value() -> None:
+    # a view of the variable made for its first reader must not serve a reader after the assign
+    g = og.Graph()
+    x = g.placeholder((1, 1, 2, 2), og.float64, name="x")
+    w = g.placeholder((2, 1, 1, 1), og.float64, name="w")
+    b = g.variable(torch.tensor([[[1.0]], [[2.0]]], dtype=torch.float64), name="b")
+    y = g.conv2d(x, w)
+    before = y + b
+    update = g.assign(b, g.constant(torch.zeros(2, 1, 1, dtype=torch.float64)))
+    after = y * b
+    got = g.compile({x: x.type, w: w.type}, [before, after], [update], device="cpu", descriptor=ON).run(
+        [torch.ones(1, 1, 2, 2, dtype=torch.float64), torch.ones(2, 1, 1, 1, dtype=torch.float64)])
+    assert got[1].flatten().tolist() == [1.0] * 4 + [2.0] * 4
+
+
 _OPERANDS = ["scalar", "channel", "channel4", "sample", "leaf", "computed"]
 
 
@@ -188,6 +212,23 @@ def test_a_cnn_trains_through_the_backend_as_in_eager(fusion: bool) -> None:
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10, msg=name)
     for name in ("b1.running_mean", "b2.running_var"):
         torch.testing.assert_close(model.get_buffer(name), twin.get_buffer(name), rtol=1e-9, atol=1e-10)
+
+
+def test_outputs_the_caller_sees_are_contiguous_as_in_eager() -> None:
+    # NHWC-stored views would break ``.view`` in the caller and in the graph after a graph break
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1).double()
+    x = torch.randn(2, 3, 6, 7, dtype=torch.float64)
+
+    def body(x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(conv(x))
+        torch._dynamo.graph_break()
+        return y.view(y.size(0), -1).sum(1)
+
+    compiled = torch.compile(body, backend="opgraph", options={"channels_last": True, "warn_fallbacks": False})
+    torch.testing.assert_close(compiled(x), body(x))
+    y = torch.compile(conv, backend="opgraph", options={"channels_last": True, "warn_fallbacks": False})(x)
+    assert y.is_contiguous()
 
 
 @pytest.mark.gpu

@@ -48,12 +48,22 @@ _POOLS = {pooling.MAX_POOL2D, pooling.AVG_POOL2D, pooling.L2_NORM_POOL2D, poolin
           pooling_grad.L2_NORM_POOL2D_GRADIENT, pooling_indices.MAX_POOL2D_RETURN_INDICES,
           pooling_indices.MAX_POOL2D_GRADIENT}
 _BATCH_NORMS = {batch_norm.BATCH_NORM_TRAINING, batch_norm_grad.BATCH_NORM_TRAINING_GRADIENT}
-_LEAVES = {PLACEHOLDER, CONSTANT, VARIABLE}
+_LEAVES = {PLACEHOLDER, CONSTANT}  # immutable: a view of one made later reads the same values
 MAX_RECOMPUTED_DEPTH = 3  # elementwise ops computed again under a transpose, per operand chain
 
 
 def inverse(perm: Sequence[int]) -> Perm:
     return tuple(sorted(range(len(perm)), key=perm.__getitem__))
+
+
+def _reads_variable(t: Tensor) -> bool:
+    """``t`` is a variable or a view of one: a view of it made here could be read after an ``assign``, which
+    snapshots only reads of the variable itself."""
+    while t.op.op is not VARIABLE:
+        if t.op.op.fusion is not FusionKind.INJECTIVE or not t.op.inputs:
+            return False
+        t = t.op.inputs[0]
+    return True
 
 
 def _is_nchw_conv(op: Operation) -> bool:
@@ -77,18 +87,50 @@ def _data_ports(op: Operation) -> range:
     return range(0)
 
 
+def _layout_op(op: Operation) -> bool:
+    """An op whose data inputs and outputs the pass puts in NHWC (or, for pooling, keeps channels-last)."""
+    return _is_nchw_conv(op) or op.op in _POOLS or op.op in _BATCH_NORMS
+
+
+def _carried(op: Operation) -> bool:
+    """An op a pending transpose can pass."""
+    return op.op.fusion is FusionKind.ELEMENTWISE or op.op is shape.TRANSPOSE or (
+        isinstance(op.attrs, ReduceAttrs) and op.op.fusion is FusionKind.REDUCTION)
+
+
+def _seeded_inputs(ops: Sequence[Operation]) -> set[int]:
+    """Graph inputs of rank 4 worth seeing NHWC: read by a layout op, or by carried ops connected to one (a
+    backward graph's saved activations, read by the ReLU mask and the batch-norm gradient). An input on a
+    branch that meets no convolution stays as it is: read in NHWC order it would be read across its storage."""
+    consumers: dict[int, list[Operation]] = {}
+    for op in ops:
+        for t in op.inputs:
+            consumers.setdefault(id(t), []).append(op)
+    linked: set[int] = set()  # ops connected to a layout op through carried ops, either way
+    stack = [op for op in ops if _layout_op(op)]
+    while stack:
+        op = stack.pop()
+        if id(op) in linked:
+            continue
+        linked.add(id(op))
+        near = [t.op for t in op.inputs] + [c for t in op.outputs for c in consumers.get(id(t), [])]
+        stack.extend(o for o in near if id(o) not in linked and _carried(o) and o.outputs[0].rank == 4)
+    seeded: set[int] = set()
+    for op in ops:
+        if id(op) in linked:
+            for i in _data_ports(op):
+                t = op.inputs[i]
+                if t.op.op is PLACEHOLDER and t.rank == 4 and t.type.is_static:
+                    seeded.add(id(t))
+    return seeded
+
+
 def channels_last(program: Program) -> Program:
     """``program`` with its NCHW 2-D convolutions on NHWC tensors (unchanged when it has none)."""
     ops = program.graph.ops
     if not any(_is_nchw_conv(op) for op in ops):
         return program
-    data_inputs: set[int] = set()  # graph inputs of rank 4 read as activations somewhere
-    for op in ops:
-        for i in _data_ports(op):
-            t = op.inputs[i]
-            if t.op.op is PLACEHOLDER and t.rank == 4 and t.type.is_static:
-                data_inputs.add(id(t))
-    w = _Walk(program, data_inputs)
+    w = _Walk(program, _seeded_inputs(ops))
     out = rewrite(program, w.visit)
     back = w.origin  # seeded values: the graph's own inputs and outputs stay the untransposed tensors
     return dead_code_elimination(Program(out.graph, [back.get(id(t), t) for t in out.inputs],
@@ -105,7 +147,8 @@ class _Walk:
         self.pending: dict[int, tuple[Tensor, Perm]] = {}
         self.origin: dict[int, Tensor] = {}
         self.unders: dict[tuple[int, Perm], Tensor | None] = {}  # made once per value and perm
-        self.g = GraphCore()
+        self.transposes: dict[tuple[int, Perm], Tensor] = {}
+        self.g = GraphCore()  # replaced by the graph ``rewrite`` builds, on the first visit
 
     # ---- building -----------------------------------------------------------------------------
     def _add(self, op: OpDef, ins: Sequence[Tensor], attrs: object, name: str) -> Operation:
@@ -119,8 +162,13 @@ class _Walk:
             perm = tuple(inner[p] for p in perm)
         if perm == tuple(range(len(perm))):
             return t
+        key = (id(t), perm)
+        if key in self.transposes:  # one per value and perm (a value read by two convolutions)
+            return self.transposes[key]
         out = self._add(shape.TRANSPOSE, [t], shape.TransposeAttrs(perm), name).outputs[0]
         self.pending[id(out)] = (t, perm)
+        if not _reads_variable(t):  # a variable's view is made where it is read (an assign may come between)
+            self.transposes[key] = out
         return out
 
     def seed(self, t: Tensor, name: str) -> Tensor:
@@ -208,7 +256,7 @@ class _Walk:
         return self.unders[key]
 
     def _build_under(self, t: Tensor, perm: Perm, name: str, depth: int) -> Tensor | None:
-        if t.rank > len(perm) or not t.type.is_static:
+        if t.rank > len(perm) or not t.type.is_static or _reads_variable(t):
             return None
         full = (1,) * (len(perm) - t.rank) + tuple(int(d) for d in t.shape)  # type: ignore[arg-type]
         back = inverse(perm)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +133,24 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
         exe.mark_static_inputs(range(len(tr.tensor_inputs)))
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
-    return _boxed(exe, tr)
+    return _boxed(exe, tr, _dense_outputs(gm, kind))
+
+
+def _dense_outputs(gm: torch.fx.GraphModule, kind: str) -> set[int]:
+    """Outputs the caller sees (a forward's saved activations are not: only its backward reads them) that eager
+    returns contiguous: returned contiguous too, whatever layout opgraph computed them in (channels-last
+    convolutions give NHWC-stored views), so ``.view`` and the graphs after a graph break work as in eager."""
+    outputs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    visible = len(outputs)
+    if kind == "forward":
+        metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+        visible = getattr(metadata, "num_forward_returns", visible)
+    dense = set()
+    for i, node in enumerate(outputs[:visible]):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.dim() >= 2 and val.is_contiguous():
+            dense.add(i)
+    return dense
 
 
 def _static_input_indices() -> set[int]:
@@ -144,8 +161,8 @@ def _static_input_indices() -> set[int]:
     return set(getattr(metadata, "static_input_indices", None) or ())
 
 
-def _boxed(exe: Any, tr: Translation) -> Callable[..., Any]:
-    where = [i for i, t in enumerate(tr.outputs) if isinstance(t, Tensor)]
+def _boxed(exe: Any, tr: Translation, dense: Container[int] = frozenset()) -> Callable[..., Any]:
+    where = [(i, i in dense) for i, t in enumerate(tr.outputs) if isinstance(t, Tensor)]
     sizes = [(i, t.position) for i, t in enumerate(tr.outputs)  # size inputs returned as they are
              if isinstance(t, SymSize) and t.position is not None]
     n = len(tr.outputs)
@@ -154,8 +171,8 @@ def _boxed(exe: Any, tr: Translation) -> Callable[..., Any]:
     def run(args: list[Any]) -> list[Any]:
         values = exe.run(args if len(tensors) == len(args) else [args[i] for i in tensors])
         out: list[Any] = [None] * n
-        for i, v in zip(where, values, strict=True):
-            out[i] = v
+        for (i, contiguous), v in zip(where, values, strict=True):
+            out[i] = v.contiguous() if contiguous else v
         for i, k in sizes:
             out[i] = args[k]
         args.clear()  # boxed: the caller's list no longer keeps the inputs alive
