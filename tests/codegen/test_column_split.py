@@ -75,16 +75,20 @@ def test_variance_is_refused() -> None:
         region_kernel(ops, ins, [y], config=_split(8, 16, 4))
 
 
+def _column_sum_configs(rows: int, cols: int) -> list[Config]:
+    """The candidate configurations of a column sum, on 132 multiprocessors with splits allowed."""
+    g = og.Graph()
+    x = g.placeholder((rows, cols), og.float32)
+    y = g.reduce_sum(x, [0])
+    ops, ins = region_of([y])
+    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True):
+        return configs.candidate_configs(RegionEmitter(ops, ins, [y]))
+
+
 def test_offered_when_column_tiles_are_few() -> None:
     def splits(rows: int, cols: int) -> list[tuple[int, int, int]]:
-        g = og.Graph()
-        x = g.placeholder((rows, cols), og.float32)
-        y = g.reduce_sum(x, [0])
-        ops, ins = region_of([y])
-        with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
-                mock.patch.object(configs, "_splittable", lambda em: True):
-            return [(c.xblock, c.rblock, c.split) for c in configs.candidate_configs(RegionEmitter(ops, ins, [y]))
-                    if c.split > 1]
+        return [(c.xblock, c.rblock, c.split) for c in _column_sum_configs(rows, cols) if c.split > 1]
 
     assert splits(4096, 768) == [(32, 32, 16), (16, 64, 8)]  # 24 or 48 tiles on 132 SMs
     assert splits(64, 768) == []  # too few rows to split
@@ -94,13 +98,7 @@ def test_offered_when_column_tiles_are_few() -> None:
 def test_split_is_the_default_for_a_few_very_long_columns() -> None:
     # NHWC batch-norm statistics: 64 channels over 32 * 56 * 56 rows would be one program unsplit
     def default(rows: int, cols: int) -> Config:
-        g = og.Graph()
-        x = g.placeholder((rows, cols), og.float32)
-        y = g.reduce_sum(x, [0])
-        ops, ins = region_of([y])
-        with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
-                mock.patch.object(configs, "_splittable", lambda em: True):
-            return configs.default_config(RegionEmitter(ops, ins, [y]))
+        return _column_sum_configs(rows, cols)[0]
 
     assert default(32 * 56 * 56, 64).split > 1
     assert default(4096, 2560).split == 1  # 40 tiles of 64: enough programs unsplit (the tuner still times both)
