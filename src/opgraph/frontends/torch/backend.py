@@ -133,24 +133,19 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
         exe.mark_static_inputs(range(len(tr.tensor_inputs)))
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
-    return _boxed(exe, tr, _dense_outputs(gm, kind))
+    return _boxed(exe, tr, _dense_outputs(tr, kind))
 
 
-def _dense_outputs(gm: torch.fx.GraphModule, kind: str) -> set[int]:
+def _dense_outputs(tr: Translation, kind: str) -> set[int]:
     """Outputs the caller sees (a forward's saved activations are not: only its backward reads them) that eager
     returns contiguous: returned contiguous too, whatever layout opgraph computed them in (channels-last
     convolutions give NHWC-stored views), so ``.view`` and the graphs after a graph break work as in eager."""
-    outputs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
-    visible = len(outputs)
+    visible = len(tr.outputs)
     if kind == "forward":
         metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
         visible = getattr(metadata, "num_forward_returns", visible)
-    dense = set()
-    for i, node in enumerate(outputs[:visible]):
-        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if isinstance(val, torch.Tensor) and val.dim() >= 2 and val.is_contiguous():
-            dense.add(i)
-    return dense
+    return {i for i, val in enumerate(tr.output_values[:visible])
+            if isinstance(val, torch.Tensor) and val.dim() >= 2 and val.is_contiguous()}
 
 
 def _static_input_indices() -> set[int]:

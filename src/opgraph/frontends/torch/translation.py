@@ -39,6 +39,7 @@ class Translation:
     fallbacks: Counter[str] = field(default_factory=Counter)  # "aten::op.overload" -> nodes
     reasons: dict[str, str] = field(default_factory=dict)  # "aten::op.overload" -> why it fell back
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
+    output_values: list[Any] = field(default_factory=list)  # each FX output's traced (fake) value, or None
 
 
 def _types(node: torch.fx.Node) -> list[Any]:
@@ -90,6 +91,7 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
                 if value is not None and not isinstance(value, (Tensor, SymSize)):
                     raise NotTranslatable(f"output {item} is not a tensor ({type(value).__name__})")
                 tr.outputs.append(value)
+                tr.output_values.append(item.meta.get("val") if isinstance(item, torch.fx.Node) else None)
         else:
             raise NotTranslatable(f"FX node {node.name} of kind {node.op} ({node.target})")
     return tr
