@@ -279,6 +279,11 @@ ERRORS: dict[str, tuple[Any, type[og.OpgraphError], str]] = {
     "gradient-of-mismatched-output": (
         lambda g, q, k, v: g.scaled_dot_product_attention_gradient(q, q, k, v, q, g.placeholder((2, 4), og.float64)),
         og.DTypeError, "logsumexp must have dtype float32"),
+    "scale-not-a-number": (lambda g, q, k, v: g.scaled_dot_product_attention(q, k, v, scale="0.5"),
+                           og.AttributeValueError, "^scaled_dot_product_attention: scale must be a number"),
+    "gradient-scale-not-a-number": (
+        lambda g, q, k, v: g.scaled_dot_product_attention_gradient(q, q, k, v, q, g.placeholder((2, 4)), scale=True),
+        og.AttributeValueError, "^scaled_dot_product_attention_gradient: scale must be a number"),
 }
 
 

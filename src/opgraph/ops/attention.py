@@ -205,11 +205,12 @@ def _mask_varies(mask: Tensor | None) -> bool:
 
 
 # ---- builder methods -----------------------------------------------------------------------------
-def as_scale(scale: Any) -> float | None:
+def as_scale(scale: Any, op: str = "scaled_dot_product_attention") -> float | None:
+    """``scale`` as the attrs keep it; ``op`` names the builder in the error."""
     if scale is None:
         return None
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise AttributeValueError(f"scaled_dot_product_attention: scale must be a number or None, got {scale!r}")
+        raise AttributeValueError(f"{op}: scale must be a number or None, got {scale!r}")
     return float(scale)
 
 

@@ -145,7 +145,8 @@ class AttentionGradientBuilders(GraphCore):
         if mask is not None:
             ins.append(self._as_tensor(mask))
         ins += [self._as_tensor(output), self._as_tensor(logsumexp)]
-        a = ScaledDotProductAttentionGradientAttrs(as_scale(scale), causal, mask is not None, mask_gradient)
+        scale = as_scale(scale, "scaled_dot_product_attention_gradient")
+        a = ScaledDotProductAttentionGradientAttrs(scale, causal, mask is not None, mask_gradient)
         return self._apply_multi(SCALED_DOT_PRODUCT_ATTENTION_GRADIENT, ins, a, name)
 
 
