@@ -33,6 +33,7 @@ from ..ir.sources import READ, VARIABLE
 from ._attention_kernels import attention_forward
 from ._rules import expect_arity, expect_bool, expect_dtype, same_dtype
 from .batch_norm_grad import is_zero
+from .linalg import swap_last
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 
@@ -127,12 +128,6 @@ SCALED_DOT_PRODUCT_ATTENTION = OpDef(
 def compute(g: Any, t: Tensor) -> Tensor:
     """16-bit floats take their gradient graphs in float32, as the kernels compute."""
     return g.cast(t, float32) if t.dtype.bits < 32 else t
-
-
-def swap_last(g: Any, t: Tensor) -> Tensor:
-    perm = list(range(t.rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return g.transpose(t, perm)
 
 
 def graph_scale(g: Any, q: Tensor, scale: float | None) -> float | Tensor:
@@ -261,4 +256,4 @@ class AttentionBuilders(GraphCore):
 
 
 __all__ = ["SCALED_DOT_PRODUCT_ATTENTION", "AttentionBuilders", "ScaledDotProductAttentionAttrs", "as_scale",
-           "attention_types", "check_attrs", "compute", "graph_probs", "graph_scale", "lse_dtype", "swap_last"]
+           "attention_types", "check_attrs", "compute", "graph_probs", "graph_scale", "lse_dtype"]

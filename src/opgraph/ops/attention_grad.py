@@ -35,8 +35,8 @@ from .attention import (
     compute,
     graph_probs,
     graph_scale,
-    swap_last,
 )
+from .linalg import swap_last
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 

@@ -66,8 +66,8 @@ MATMUL = OpDef("matmul", infer=_matmul_rule, lower=_matmul_lower, fusion=OPAQUE,
 Grads = tuple[Tensor | None, ...]
 
 
-def _mT(g: Any, t: Tensor) -> Tensor:
-    """Swap the last two axes (no conjugation: rules transpose, as the elementwise ones do)."""
+def swap_last(g: Any, t: Tensor) -> Tensor:
+    """``t`` with its last two axes swapped (no conjugation: rules transpose, as the elementwise ones do)."""
     return g.transpose(t, [*range(t.rank - 2), t.rank - 1, t.rank - 2])
 
 
@@ -82,8 +82,8 @@ def _matmul_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
         c = g.expand_dims(c, c.rank)
     if x.rank == 1:
         c = g.expand_dims(c, c.rank - 1)
-    dx = g.sum_to(g.matmul(c, _mT(g, y2)), x2)  # sum_to undoes the batch broadcasting
-    dy = g.sum_to(g.matmul(_mT(g, x2), c), y2)
+    dx = g.sum_to(g.matmul(c, swap_last(g, y2)), x2)  # sum_to undoes the batch broadcasting
+    dy = g.sum_to(g.matmul(swap_last(g, x2), c), y2)
     return (g.squeeze(dx, 0) if x.rank == 1 else dx), (g.squeeze(dy, 1) if y.rank == 1 else dy)
 
 
@@ -154,7 +154,7 @@ INVERSE = OpDef("inverse", infer=_inverse_rule, lower=_inverse_lower, fusion=OPA
 
 @defvjp(INVERSE)
 def _inverse_vjp(g: Any, op: Operation, ct: tuple[Tensor, ...]) -> Grads:
-    inv_t = _mT(g, op.outputs[0])  # d(A^-1) = -A^-1 dA A^-1, so the adjoint is -A^-T ct A^-T
+    inv_t = swap_last(g, op.outputs[0])  # d(A^-1) = -A^-1 dA A^-1, so the adjoint is -A^-T ct A^-T
     return (g.negative(g.matmul(g.matmul(inv_t, ct[0]), inv_t)),)
 
 

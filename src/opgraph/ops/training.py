@@ -26,6 +26,7 @@ from ..core.dtype import FLOAT_DTYPES, DType, float32
 from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
+from .norm import compute_dtype
 from .registry import FusionKind, LowerContext, OpDef, attrs
 from .state import expect_variable
 
@@ -408,10 +409,6 @@ def _multi_rule(a: Any, ins: tuple[TensorType, ...], lists: int, hyper: tuple[st
     return (*params, *ins[2 * n:lists * n], *ins[lists * n:lists * n + k])
 
 
-def _compute_dtype(t: TensorType) -> torch.dtype:
-    return torch.float32 if t.dtype.bits < 32 else t.dtype.torch_dtype
-
-
 class _Lists:
     """The inputs of a multi-tensor op, split; ``group`` yields them per compute dtype, cast where needed
     (decided at compile time: a no-op ``.to`` per tensor still costs a call)."""
@@ -423,7 +420,7 @@ class _Lists:
         self.tensors = [h for h in hyper if self.numbers[h] is None]
         by: dict[torch.dtype, list[int]] = {}
         for i, t in enumerate(ctx.in_types[:n]):
-            by.setdefault(_compute_dtype(t), []).append(i)
+            by.setdefault(compute_dtype(t.dtype), []).append(i)
         self.groups = [(ct, idx, [any(ctx.in_types[j * n + i].dtype.torch_dtype != ct for i in idx)
                                   for j in range(lists)]) for ct, idx in by.items()]
         self.out_dtypes = [t.dtype.torch_dtype for t in ctx.out_types]

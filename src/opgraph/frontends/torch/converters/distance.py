@@ -19,6 +19,7 @@ import torch
 
 from ....core.dtype import DType, int32
 from ....ir.graph import Tensor
+from ....ops.linalg import swap_last
 from ..registry import ConvertContext, Unsupported, converts
 from .nn import _cast, _compute, _floating, _static
 
@@ -71,12 +72,6 @@ def _norm(ctx: ConvertContext, diff: Tensor, p: float, nan_max: bool) -> Tensor:
     return g.power(g.reduce_sum(g.power(a, p), [-1]), 1.0 / p)
 
 
-def _mT(ctx: ConvertContext, t: Tensor) -> Tensor:
-    perm = list(range(t.rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return ctx.g.transpose(t, perm)
-
-
 def _euclidean(ctx: ConvertContext, x1: Tensor, x2: Tensor) -> Tensor:
     """ATen's ``_euclidean_dist``: [-2 a, |a|^2, 1] @ [b, 1, |b|^2]^T, clamped at 0 (NaN kept), square-rooted."""
     g = ctx.g
@@ -84,7 +79,7 @@ def _euclidean(ctx: ConvertContext, x1: Tensor, x2: Tensor) -> Tensor:
     n2 = g.reduce_sum(g.multiply(x2, x2), [-1], True)
     a = g.concat([g.multiply(x1, -2.0), n1, g.ones_like(n1)], -1)
     b = g.concat([x2, g.ones_like(n2), n2], -1)
-    return g.sqrt(g.maximum_with_nan_propagation(g.matmul(a, _mT(ctx, b)), 0.0))
+    return g.sqrt(g.maximum_with_nan_propagation(g.matmul(a, swap_last(g, b)), 0.0))
 
 
 def _uses_mm(p: float, mode: Any, r1: int | None, r2: int | None) -> bool | None:
