@@ -9,12 +9,15 @@ the untransposed one instead and leaves the transpose after it, so the transpose
 convolution cancel. What remains are transposes where the graph leaves the NHWC world (a flatten before a
 classifier, a graph output): a view there (``permute``), or read in place by a fused region.
 
-Graph inputs of rank 4 that feed data ops are *seeded* (seen as NHWC through a transpose, a view): a
-backward graph reads the activations its forward saved, which the forward returned as NHWC-stored views, so
-they stay NHWC. Pooling ops keep their NCHW form (their indices name positions in it) and PyTorch's kernels
-keep the memory format they are given, so their results are seeded the same way. Where a seed cannot be
-carried, the op reads the original tensor: the pass never copies a tensor to change its layout, except the
-convolutions' own inputs (a graph's images), which the NHWC lowering stores channels-last once.
+Graph inputs of rank 4 read by these ops, or by carried ops connected to them, are *seeded* (seen as NHWC
+through a transpose, a view): a backward graph reads the activations its forward saved, which the forward
+returned as NHWC-stored views, so they stay NHWC. An input on a branch that meets no convolution is left as it
+is (read in NHWC order, NCHW storage would be read across). Pooling ops keep their NCHW form (their indices
+name positions in it) and PyTorch's kernels keep the memory format they are given, so their results are
+seeded the same way. Where a seed cannot be carried, the op reads the original tensor: the pass never copies a
+tensor to change its layout, except for the convolutions themselves: the NHWC lowering gives cuDNN a
+channels-last tensor, copying one stored NCHW (a graph's images, in the forward and again for the weight
+gradient).
 
 Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``: on CUDA; off by default for now).
 """
@@ -139,11 +142,12 @@ def channels_last(program: Program) -> Program:
 
 class _Walk:
     """The rewrite: ``pending`` maps a transpose this pass made to (its input, its perm); ``origin`` maps a
-    seeded value (a transpose of a transpose) to the tensor it stands for."""
+    seeded value (a transpose of a transpose) to the tensor it stands for; ``seeded``: the graph inputs to seed
+    (ids of the old graph's tensors)."""
 
-    def __init__(self, program: Program, data_inputs: set[int]) -> None:
+    def __init__(self, program: Program, seeded: set[int]) -> None:
         self.taken = {o.name for o in program.graph.ops}
-        self.data_inputs = data_inputs
+        self.seeded = seeded
         self.pending: dict[int, tuple[Tensor, Perm]] = {}
         self.origin: dict[int, Tensor] = {}
         self.unders: dict[tuple[int, Perm], Tensor | None] = {}  # made once per value and perm
@@ -195,7 +199,7 @@ class _Walk:
     # ---- the walk -----------------------------------------------------------------------------
     def visit(self, op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor]:
         self.g = g  # the graph ``rewrite`` builds
-        if op.op is PLACEHOLDER and id(op.outputs[0]) in self.data_inputs:
+        if op.op is PLACEHOLDER and id(op.outputs[0]) in self.seeded:
             return [self.seed(self._copy(op, ins).outputs[0], op.name)]
         if _is_nchw_conv(op):
             return self._conv(op, ins)
