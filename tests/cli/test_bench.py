@@ -8,6 +8,7 @@ inference cell with Inductor. The others replace ``Bench._compile`` to test the 
 
 from __future__ import annotations
 
+import argparse
 import json
 import struct
 import subprocess
@@ -260,3 +261,24 @@ def test_a_cell_run_op_by_op_says_why() -> None:
     assert "1280.0 (0.80x) ~ [1]" in table
     assert "[1] BERT-base bfloat16 batch 64 on cuda:0, opgraph: 1 graph(s) ran op by op: forward graph off: " \
            "capture failed" in table
+
+
+def test_backend_options_are_parsed_checked_and_passed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert bench._backend_option("channels_last=none") == ("channels_last", None)
+    assert bench._backend_option("fusion=False") == ("fusion", False)
+    assert bench._backend_option("optimization_level=0") == ("optimization_level", 0)
+    for bad, words in (("fusion", "KEY=VALUE"), ("no_such_option=1", "unknown options"),
+                       ("fusion=maybe", "true, false, none or a number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=words):
+            bench._backend_option(bad)
+    seen: list[Any] = []
+
+    def fake(module: Any, backend: Any = None, options: Any = None) -> Any:
+        seen.append(options)
+        return module
+
+    monkeypatch.setattr(torch, "compile", fake)
+    assert main(["bench", "--device", "cpu", "--only", "inference", "--models", "tiny_cnn", "--backends",
+                 "eager,opgraph", "--batches", "1", "--iters", "1", "--warmup", "0", "--quiet",
+                 "--option", "channels_last=true", "--option", "fusion=false"]) == 0
+    assert seen and all(o == {"warn_fallbacks": False, "channels_last": True, "fusion": False} for o in seen)

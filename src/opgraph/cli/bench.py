@@ -73,7 +73,29 @@ example:
   opgraph bench                                # on og.device(); on a GPU expect many minutes of compiling
   opgraph bench --quick --json bench.json --plot bench.png
   opgraph bench --only inference --models resnet50,vit_b_16 --iters 20
-  opgraph bench --quick --device cpu --threads 1 --models tiny_cnn --backends eager,opgraph"""
+  opgraph bench --quick --device cpu --threads 1 --models tiny_cnn --backends eager,opgraph
+  opgraph bench --only training --models resnet50 --option channels_last=true"""
+
+
+def _backend_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` as an opgraph backend option, checked against ``TorchOptions``."""
+    from ..frontends.torch.backend import TorchOptions
+
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    words: dict[str, Any] = {"true": True, "false": False, "none": None}
+    value: Any = words.get(raw.lower(), raw)
+    if isinstance(value, str):
+        try:
+            value = float(raw) if "." in raw else int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{key}: expected true, false, none or a number, got {raw!r}") from None
+    try:
+        TorchOptions.of({key: value})
+    except Exception as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return key, value
 
 
 def register(sub: Any) -> None:
@@ -107,6 +129,9 @@ def register(sub: Any) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG bar chart of the speed-ups vs eager")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--option", type=_backend_option, action="append", default=[], metavar="KEY=VALUE",
+                   help="an opgraph backend option (a field of og.torch.TorchOptions; values true, false, none or "
+                        "numbers), e.g. channels_last=true; repeatable")
     p.set_defaults(run=run)
 
 
@@ -238,6 +263,7 @@ class Bench:
         self.dev = dev
         self.progress = progress
         self.first_call_only = False
+        self.options: dict[str, Any] = {"warn_fallbacks": False, **dict(args.option)}
 
     # -- one cell
     @contextlib.contextmanager
@@ -266,14 +292,13 @@ class Bench:
                          if r.executable is not None and r.executable.device.is_cuda
                          and r.executable.cuda_graph_status != "on"]
 
-    @staticmethod
-    def _compile(module: nn.Module, backend: str) -> Callable[..., Any]:
+    def _compile(self, module: nn.Module, backend: str) -> Callable[..., Any]:
         if backend == "eager":
             return module
         torch._dynamo.reset()
         if backend == "inductor":
             return torch.compile(module)
-        return torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
+        return torch.compile(module, backend="opgraph", options=self.options)
 
     def _timed(self, fn: Callable[[], Any], dev: Any) -> list[float]:
         if self.first_call_only:
