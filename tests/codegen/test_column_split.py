@@ -1,8 +1,9 @@
 """Column reductions with their rows split across programs (``Config(split=...)`` on a column reduction): each
 part sums its chunk of rows into a workspace and the last part to count itself in combines them in part order
 and stores the outputs (no waiting, so Triton's interpreter runs it too). Against the unfused graph run, twice
-per kernel (the counters reset for the next launch), ragged both ways; regions that store full-size values are
-refused; the tuner is offered these configurations when column tiles are few."""
+per kernel (the counters reset for the next launch), ragged both ways; full-size values are stored by each part
+unless they use the statistics (then the region is refused); the tuner is offered these configurations when
+column tiles are few."""
 
 from __future__ import annotations
 
@@ -56,14 +57,25 @@ def test_split_column_reduction_matches_unfused(case: str, split: int) -> None:
         torch.testing.assert_close(kernel(*args)[0].float(), want.float(), **tol)
 
 
-def test_a_region_storing_full_values_is_refused() -> None:
+def test_full_values_are_stored_by_each_part_unless_they_use_the_statistics() -> None:
+    # a batch-norm gradient's region in NHWC: the ReLU gradient stored for the next region beside its sums
     g = og.Graph()
-    x = g.placeholder((64, 16), og.float32)
-    t = g.tanh(x)
-    s = g.reduce_sum(t, [0])
-    ops, ins = region_of([t, s])
-    with pytest.raises(NotExpressible, match="constant along its rows"):
-        region_kernel(ops, ins, [t, s], config=_split(8, 16, 4))
+    x = g.placeholder((203, 37), og.float32)
+    t = g.select(g.less_equal(x, 0.0), 0.0, g.tanh(x))
+    s, s2 = g.reduce_sum(t, [0]), g.reduce_sum(t * x, [0])
+    ops, ins = region_of([t, s, s2])
+    kernel = region_kernel(ops, ins, [t, s, s2], config=_split(8, 16, 4))
+    xv = torch.randn(203, 37)
+    want = torch.where(xv <= 0, 0.0, xv.tanh())
+    for _ in range(2):
+        got = kernel(*(xv if u is x else u.op.payload for u in ins))
+        torch.testing.assert_close(got[0], want)
+        torch.testing.assert_close(got[1], want.sum(0), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got[2], (want * xv).sum(0), rtol=1e-5, atol=1e-4)
+    centred = x - g.reduce_mean(x, [0], keepdims=True)  # full values that need the finished statistic
+    ops, ins = region_of([centred])
+    with pytest.raises(NotExpressible, match="use its statistics"):
+        region_kernel(ops, ins, [centred], config=_split(8, 16, 4))
 
 
 def test_variance_is_refused() -> None:

@@ -6,6 +6,7 @@ interpreter)."""
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opgraph as og
+from opgraph.codegen.triton import configs
+from opgraph.frontends.torch import recording
 from opgraph.ops.shape import TRANSPOSE
 
 ON = og.CompilationDescriptor(channels_last=True, verify_each_pass=True, fusion=False)
@@ -231,12 +234,33 @@ def test_outputs_the_caller_sees_are_contiguous_as_in_eager() -> None:
     assert y.is_contiguous()
 
 
+def test_nhwc_batch_norm_gradients_split_their_columns_and_match_eager() -> None:
+    """In NHWC a batch-norm gradient's sums are column reductions over N*H*W rows; with few channels they split
+    the rows across programs (as on a GPU: 132 multiprocessors assumed), storing the ReLU gradient beside."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
+                                torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(64), torch.nn.ReLU())
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 3, 16, 16)
+    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True), recording() as reports:
+        compiled = torch.compile(model, backend="opgraph", dynamic=False, options={
+            "channels_last": True, "triton_interpret": True, "warn_fallbacks": False})
+        compiled(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4 * float(q.grad.abs().max()))
+    backward = next(r.executable for r in reports if r.kind == "backward")
+    sources = [k.source or "" for k in backward.kernels() if k.op == "fused_region"]
+    assert any("atomic_add" in src and "chunk" in src for src in sources)  # a split column reduction ran
+
+
 @pytest.mark.gpu
 def test_a_cnn_trains_channels_last_on_cuda_as_in_eager() -> None:
     """On CUDA (``channels_last=None``: there only) the convolutions run NHWC (cuDNN), the rest in fused regions,
     and three SGD steps match eager PyTorch (TF32 off on both sides)."""
-    from opgraph.frontends.torch import recording
-
     torch.manual_seed(0)
     model = _Net().cuda()
     twin = copy.deepcopy(model)

@@ -237,7 +237,15 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
     non-contiguous one it switches to a variant reading inputs at their strides (no copies). ``scalars``: the
     values of one-element constant inputs, written into the source (the kernel still takes them as arguments)."""
     em = RegionEmitter(ops, inputs, outputs, config, strided=strided, scalars=scalars)
-    source = em.source()
+    candidates = candidate_configs(em) if config is None else [em.config]
+    for k, chosen in enumerate(candidates):  # the first that can be written (a split the region refuses is not)
+        try:
+            em = RegionEmitter(ops, inputs, outputs, chosen, strided=strided, scalars=scalars) if k else em
+            source = em.source()
+            break
+        except NotExpressible:
+            if k + 1 == len(candidates):
+                raise
     number = {id(t): k for k, t in enumerate(em.values)}
     kernel = RegionKernel(
         source, tuple(op.name for op in ops), tuple(t.type for t in inputs), tuple(t.type for t in outputs),
@@ -248,7 +256,7 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
     if not strided:
         kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
                                                strided=True, scalars=scalars)
-    others = candidate_configs(em)[1:] if config is None else []
+    others = candidates[k + 1:] if config is None else []
     if others:  # the strided variant is tuned too: its default can be one program walking every row
         def alternatives() -> list[RegionKernel]:
             out = []

@@ -442,6 +442,28 @@ class RegionEmitter:
         atomic count per column tile, no waiting) combines the parts in order and stores the outputs."""
         return self.config.reduction and self.config.split > 1 and (self.domain.rank - 1) not in self.raxes
 
+    def _store_in_loop(self, fulls: list[tuple[int, Tensor]]) -> None:
+        """Store full-size outputs in a loop over the rows (this part's, in a split column reduction)."""
+        if fulls:
+            self.open_loop()
+            for line in [self._store(j, t) for j, t in fulls]:
+                self.emit(line)
+            self.close_loop()
+
+    def _uses_statistics(self, t: Tensor) -> bool:
+        """``t`` is computed from a reduction of this region."""
+        reductions = {id(op) for op in self.reductions}
+        stack, seen = [t], set()
+        while stack:
+            op = self.made.get(id(stack.pop()))
+            if op is None or id(op) in seen:
+                continue
+            if id(op) in reductions:
+                return True
+            seen.add(id(op))
+            stack.extend(op.inputs)
+        return False
+
     def _finish_in_last_part(self, rows: list[tuple[int, Tensor]]) -> None:
         split = self.config.split
         if len(self.partials) > WS_PARTS:
@@ -652,20 +674,19 @@ class RegionEmitter:
             fulls = [(j, t) for j, t in enumerate(self.outputs) if (j, t) not in rows]
             if not cfg.looped:  # one scope: every value is computed (and every input read) before any store
                 rows, fulls = [], rows + fulls
-            if self.column_split:
-                if fulls:
-                    raise NotExpressible("a split column reduction stores only values constant along its rows")
+            if self.column_split:  # each part stores its rows' full values (never the partial statistics)
+                if any(self._uses_statistics(t) for _, t in fulls):
+                    raise NotExpressible("a split column reduction stores full values that use its statistics")
+                self._store_in_loop(fulls)
                 self._finish_in_last_part(rows)
-                rows = []
+                rows, fulls = [], []
             for line in [self._store(j, t) for j, t in rows]:
                 self.emit(line)
-            if fulls:
-                if cfg.looped:
-                    self.open_loop()
+            if fulls and cfg.looped:
+                self._store_in_loop(fulls)
+            elif fulls:
                 for line in [self._store(j, t) for j, t in fulls]:
                     self.emit(line)
-                if cfg.looped:
-                    self.close_loop()
             if cfg.split > 1 and self.barriers:  # the row's last program resets its counters for the next launch
                 done = f"cnt + row * {MAX_BARRIERS + 1} + {MAX_BARRIERS}"
                 self.emit(f"if tl.atomic_add({done}, 1) == {cfg.split - 1}:")
