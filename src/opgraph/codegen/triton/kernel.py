@@ -264,7 +264,7 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
                 try:
                     out.append(region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir, strided=strided,
                                              scalars=scalars))
-                except NotExpressible:  # e.g. a split column reduction whose region stores full values
+                except NotExpressible:  # e.g. a split column reduction whose stored values use its statistics
                     continue
             return out
 
