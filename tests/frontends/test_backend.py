@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -78,7 +79,7 @@ class _Bessel(torch.nn.Module):
 
 def test_a_graph_that_cannot_be_translated_runs_eagerly_with_a_warning() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * x.shape[0]
+        return torch.relu(x) * (x.shape[0] % 3)  # a size's remainder: no graph expression for it
 
     torch._dynamo.reset()
     fast = torch.compile(f, backend="opgraph", dynamic=True)
@@ -208,6 +209,48 @@ def test_dynamic_true_reads_sizes_from_the_inputs() -> None:
             torch.testing.assert_close(fast(x, w), f(x, w))
     assert len(reports) == 1 and reports[0].fallbacks == {} and reports[0].executable is not None
     assert any(o.op.name == "reshape_dims" for o in reports[0].executable.program.graph.ops)
+
+
+def test_dynamic_batch_norm_training_compiles_once_with_size_ratios_read_at_run_time() -> None:
+    """A batch-norm gradient under dynamic=True multiplies by 1 / (N * H * W), a SymFloat AOTAutograd traces
+    with torch's own sympy functions: computed from the input dims at run time, in float64, so both graphs run
+    in opgraph for every size."""
+    from opgraph.frontends.torch import recording
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).double()
+    reference = copy.deepcopy(model)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="opgraph", dynamic=True, options={"warn_fallbacks": False})
+    with recording() as reports:
+        for n, h in ((2, 8), (3, 6), (5, 7)):  # 1 / 108 and 1 / 245 are not exact in float32
+            x = torch.randn(n, 3, h, h, dtype=torch.float64)
+            for p in (*model.parameters(), *reference.parameters()):
+                p.grad = None
+            fast(x).square().sum().backward()
+            reference(x).square().sum().backward()
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10)
+    for name in ("1.running_mean", "1.running_var"):  # n / (n - 1) read from the input's dims too
+        torch.testing.assert_close(model.get_buffer(name), reference.get_buffer(name), rtol=1e-12, atol=1e-12)
+    assert [(r.kind, r.executable is not None, r.fallbacks) for r in reports] == [("forward", True, {}),
+                                                                              ("backward", True, {})]
+
+
+def test_a_size_used_as_a_number_is_read_at_run_time() -> None:
+    from opgraph.frontends.torch import recording
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * x.shape[0] / (x.shape[0] + x.shape[1])
+
+    torch._dynamo.reset()
+    fast = torch.compile(f, backend="opgraph", dynamic=True)
+    with recording() as reports:
+        for shape in ((3, 4), (5, 2), (7, 9)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(fast(x), f(x))
+    assert len(reports) == 1 and reports[0].executable is not None and reports[0].fallbacks == {}
 
 
 def test_parameters_and_buffers_are_marked_static_inputs() -> None:

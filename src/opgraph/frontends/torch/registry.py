@@ -121,6 +121,49 @@ class ConvertContext:
             dims.append((factor, tuple(spec)))
         return self.g.reshape_dims(x, refs, dims)
 
+    def scalar(self, size: SymSize, dtype: DType) -> Any:
+        """A number PyTorch traced symbolically (a SymInt or SymFloat made of input sizes, such as batch norm's
+        ``1 / (N * H * W)``) as a 0-d tensor of ``dtype``, computed at run time from the input dims it is made
+        of: numbers, sizes, products, sums, integer powers and true division; ``Unsupported`` for anything else."""
+        import sympy
+
+        g = self.g
+
+        def value(e: Any) -> Any:
+            if e.is_Number:
+                if not (e.is_Integer or e.is_Rational or e.is_Float):
+                    raise Unsupported(f"symbolic number {e}")
+                return g.constant(float(e), dtype)
+            if e.is_Symbol:
+                if e not in self.size_refs:
+                    raise Unsupported(f"size {e} is not a dim of an input")
+                tensor, axis = self.size_refs[e]
+                return g.cast(g.gather(g.shape_of(tensor), g.constant([axis])), dtype)
+            if e.is_Mul or e.is_Add:
+                parts = [value(a) for a in e.args]
+                combine = g.multiply if e.is_Mul else g.add
+                out = parts[0]
+                for p in parts[1:]:
+                    out = combine(out, p)
+                return out
+            if e.is_Pow and e.exp.is_Integer:
+                base, n = value(e.base), int(e.exp)
+                out = base
+                for _ in range(abs(n) - 1):
+                    out = g.multiply(out, base)
+                return g.divide(g.constant(1.0, dtype), out) if n < 0 else out if n else g.constant(1.0, dtype)
+            kind = type(e).__name__  # torch's own sympy functions (torch.utils._sympy.functions)
+            if kind in ("FloatTrueDiv", "IntTrueDiv") and len(e.args) == 2:
+                return g.divide(value(e.args[0]), value(e.args[1]))
+            if kind == "ToFloat" and len(e.args) == 1:
+                return value(e.args[0])
+            raise Unsupported(f"symbolic expression {e} ({kind})")
+
+        expr = getattr(size, "sym", None)
+        if expr is None:
+            raise Unsupported(f"size {size!r} has no expression")
+        return g.reshape(value(sympy.sympify(expr)), ())
+
     @property
     def out_type(self) -> TensorType:
         t = self.out_types[0] if self.out_types else None

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ...core.dtype import float64, int64
 from ...core.errors import DTypeError, OpgraphError, ShapeError
 from ...graph import Graph
 from ...ir.graph import Tensor
@@ -108,6 +109,17 @@ def _name(fx_name: str) -> str:
     return fx_name.replace(":", "_")
 
 
+def _numbers_as_tensors(ctx: ConvertContext, target: torch._ops.OpOverload, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Symbolic numbers passed where the schema takes a Tensor or a Scalar (``mul(x, 1 / (N * H * W))`` in a
+    dynamic-shape batch-norm gradient) as 0-d tensors computed from the input dims; sizes in size lists stay."""
+    schema = target._schema.arguments
+    out = list(args)
+    for i, a in enumerate(args):
+        if isinstance(a, SymSize) and i < len(schema) and str(schema[i].type) in ("Tensor", "Scalar", "number"):
+            out[i] = ctx.scalar(a, int64 if a.sym is not None and a.sym.is_integer else float64)
+    return tuple(out)
+
+
 def _map(value: Any, env: dict[torch.fx.Node, Any]) -> Any:
     if isinstance(value, torch.fx.Node):
         return env[value]
@@ -123,7 +135,7 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     if node.target is operator.getitem:
         seq, i = args
         return seq[i]
-    if isinstance(node.meta.get("val"), torch.SymInt):  # size arithmetic (s0 * 7, sym_size): known at run time
+    if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat)):  # size arithmetic: known at run time
         val = node.meta["val"]
         return SymSize(str(val), None, val.node.expr)
     if not isinstance(node.target, torch._ops.OpOverload):
@@ -133,7 +145,9 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     reason = "no converter"
     if converter is not None:
         try:
-            out = converter(ConvertContext(tr.graph, types, tr.size_refs), *args, **kwargs)
+            ctx = ConvertContext(tr.graph, types, tr.size_refs)
+            args = _numbers_as_tensors(ctx, node.target, args)
+            out = converter(ctx, *args, **kwargs)
             return _checked(out, types, node)
         except Unsupported as e:
             reason = str(e) or "unsupported arguments"

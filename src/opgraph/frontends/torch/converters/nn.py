@@ -412,19 +412,20 @@ def _batch_norm_functional(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: 
         raise Unsupported("functional batch norm outside training (PyTorch uses _no_training for it)")
     g = ctx.g
     y, mean, var, rstd = _batch_stats(ctx, x, w, b, eps)
-    counted = _static([x.shape[0], *x.shape[2:]], "batch norm's running variance (n / (n - 1))")
-    n = math.prod(counted)
     m = float(momentum)
     stat = _want(ctx, 1, mean.dtype)
 
-    def update(i: int, old: Tensor, new: Tensor, factor: float) -> Tensor:  # (1 - m) * old + m * unbiased new
+    def update(i: int, old: Tensor, new: Tensor, factor: float | Tensor) -> Tensor:  # (1 - m) old + m unbiased new
         dt = _want(ctx, i, old.dtype)  # 16-bit running statistics are updated in float32
-        return g.add(g.multiply(_cast(ctx, old, dt), 1.0 - m), g.multiply(_cast(ctx, new, dt), m * factor))
+        scaled = g.multiply(_cast(ctx, new, dt), m * factor) if isinstance(factor, float) else \
+            g.multiply(g.multiply(_cast(ctx, new, dt), factor), m)
+        return g.add(g.multiply(_cast(ctx, old, dt), 1.0 - m), scaled)
 
-    if n < 2:
-        raise Unsupported("batch norm training with one value per channel")
+    # n / (n - 1) for the n values per channel: a number when static, read from x's dims when dynamic (the
+    # builder's rule; it refuses a single value per channel, which then runs as the ATen op)
+    bessel = g._bessel(x, (0, *range(2, x.rank)), _want(ctx, 4, running_var.dtype))
     return (y, _cast(ctx, mean, stat), _cast(ctx, rstd, stat), update(3, running_mean, mean, 1.0),
-            update(4, running_var, var, n / (n - 1)))
+            update(4, running_var, var, bessel))
 
 
 @converts(aten._native_batch_norm_legit.no_stats)
