@@ -104,7 +104,7 @@ _OPERANDS = ["scalar", "channel", "channel4", "sample", "leaf", "computed"]
 
 @settings(max_examples=40, deadline=None)
 @given(operands=st.lists(st.sampled_from(_OPERANDS), min_size=1, max_size=4),
-       tail=st.sampled_from(["none", "reduce", "transpose", "conv"]),
+       tail=st.sampled_from(["none", "reduce", "transpose", "conv", "concat", "slice", "pad"]),
        axes=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True), keepdims=st.booleans(),
        perm=st.permutations(range(4)))
 def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: list[int], keepdims: bool,
@@ -139,7 +139,52 @@ def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: 
         w2 = g.placeholder((C, C, 1, 1), og.float64, name="w2")
         feeds[w2] = torch.randn(C, C, 1, 1, dtype=torch.float64)
         y = g.conv2d(g.relu(y), w2)
+    elif tail == "concat":  # along a random axis, with a second convolution's output or a graph input
+        other = g.conv2d(x, w, PAD) if keepdims else g.placeholder((N, C, H, W), og.float64, name="c")
+        if not keepdims:
+            feeds[other] = torch.randn(N, C, H, W, dtype=torch.float64)
+        y = g.concat([y, g.exp(other)], axes[0])
+    elif tail == "slice":
+        y = g.slice(g.sin(y), [0, 1, 1, 0], [N, C, H, W - 1], [1, 2, 1, 2], start_mask=perm[0], end_mask=perm[1])
+    elif tail == "pad":
+        mode = og.PaddingMode.REFLECT if keepdims else og.PaddingMode.CONSTANT
+        y = g.pad(g.sin(y), mode, [0, 1, 2, 1], [1, 0, 1, 2], 0.5)
     _check(g, feeds, [y])
+
+
+class _Dense(torch.nn.Module):
+    """A DenseNet/U-Net-like block: channel concatenations, a padded pooling path and a crop, between convolutions
+    with batch norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 6, 3, padding=1)
+        self.b1 = torch.nn.BatchNorm2d(9)
+        self.c2 = torch.nn.Conv2d(9, 4, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(13, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.b1(torch.cat([x, self.c1(x)], 1)))
+        z = torch.cat([y, self.c2(y)], 1)
+        u = torch.nn.functional.pad(torch.nn.functional.avg_pool2d(z, 2), (0, 1, 0, 1))[:, :, : z.shape[2] // 2]
+        return self.c3(u).mean((2, 3))
+
+
+def test_concatenations_and_crops_train_through_the_backend_as_in_eager() -> None:
+    torch.manual_seed(0)
+    model = _Dense().double()
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="opgraph", dynamic=False,
+                             options={"channels_last": True, "warn_fallbacks": False})
+    x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+    with recording() as reports:
+        compiled(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10, msg=name)
+    forward = next(r.executable for r in reports if r.kind == "forward")
+    concats = [o for o in forward.program.graph.ops if o.op.name == "concat"]
+    assert concats and all(o.attrs.axis == 3 for o in concats)  # joined in NHWC
 
 
 def test_pooling_indices_keep_their_values() -> None:

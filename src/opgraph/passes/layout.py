@@ -4,10 +4,10 @@ cuDNN's fastest convolutions (tensor cores, bfloat16 and TF32) read and write NH
 transpose around every call (``nchwToNhwcKernel``), and per-channel work (batch-norm statistics, a bias or
 scale per channel) becomes a strided reduction. This pass rewrites each NCHW ``conv2d`` (and depthwise, and
 their gradients) to its NHWC form with transposes around it, then carries the transposes along in the same
-walk: an elementwise op, a reduction, a batch norm or another transpose reading a transposed value works on
-the untransposed one instead and leaves the transpose after it, so the transposes before the next
-convolution cancel. What remains are transposes where the graph leaves the NHWC world (a flatten before a
-classifier, a graph output): a view there (``permute``), or read in place by a fused region.
+walk: an elementwise op, a reduction, a batch norm, a concatenation, slice or pad, or another transpose reading
+a transposed value works on the untransposed one instead and leaves the transpose after it, so the transposes
+before the next convolution cancel. What remains are transposes where the graph leaves the NHWC world (a
+flatten before a classifier, a graph output): a view there (``permute``), or read in place by a fused region.
 
 Graph inputs of rank 4 read by these ops, or by carried ops connected to them, are *seeded* (seen as NHWC
 through a transpose, a view): a backward graph reads the activations its forward saved, which the forward
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, OpDef
 from ..ir.sources import CONSTANT, PLACEHOLDER
-from ..ops import batch_norm, batch_norm_grad, conv, conv_grad, pooling, pooling_grad, pooling_indices, shape
+from ..ops import batch_norm, batch_norm_grad, conv, conv_grad, pooling, pooling_grad, pooling_indices, shape, slicing
 from ..ops import gradient_support as gs
 from ..ops._padding import TensorLayout
 from ..ops.reduce import ReduceAttrs
@@ -52,6 +52,7 @@ _POOLS = {pooling.MAX_POOL2D, pooling.AVG_POOL2D, pooling.L2_NORM_POOL2D, poolin
           pooling_indices.MAX_POOL2D_GRADIENT}
 _BATCH_NORMS = {batch_norm.BATCH_NORM_TRAINING, batch_norm_grad.BATCH_NORM_TRAINING_GRADIENT}
 _LEAVES = {PLACEHOLDER, CONSTANT}  # immutable: a view of one made later reads the same values
+_PER_AXIS = {shape.CONCAT, slicing.SLICE, slicing.PAD}  # carried with their per-axis attributes permuted
 MAX_RECOMPUTED_DEPTH = 3  # elementwise ops computed again under a transpose, per operand chain
 
 
@@ -97,7 +98,7 @@ def _layout_op(op: Operation) -> bool:
 
 def _carried(op: Operation) -> bool:
     """An op a pending transpose can pass."""
-    return op.op.fusion is FusionKind.ELEMENTWISE or op.op is shape.TRANSPOSE or (
+    return op.op.fusion is FusionKind.ELEMENTWISE or op.op is shape.TRANSPOSE or op.op in _PER_AXIS or (
         isinstance(op.attrs, ReduceAttrs) and op.op.fusion is FusionKind.REDUCTION)
 
 
@@ -240,6 +241,8 @@ class _Walk:
             return [self.transpose(y, perm, f"{op.name}.nchw")]
         if isinstance(op.attrs, ReduceAttrs) and len(ins) == 1 and op.op.fusion is FusionKind.REDUCTION:
             return [self._reduce(op, ins[0], perm)]
+        if op.op in _PER_AXIS and op.outputs[0].rank == len(perm):
+            return self._per_axis(op, ins, perm)
         if op.op in _BATCH_NORMS:
             return self._batch_norm(op, ins, perm)
         return None
@@ -289,6 +292,38 @@ class _Walk:
             if all(u is not None for u in ins):
                 return self._add(producer.op, ins, producer.attrs, name).outputs[0]  # type: ignore[arg-type]
         return None
+
+    def _per_axis(self, op: Operation, ins: list[Tensor], perm: Perm) -> list[Tensor] | None:
+        """Concatenation (DenseNet, U-Net skips), slicing and padding, their per-axis attributes permuted."""
+        a = op.attrs
+        if op.op is shape.CONCAT:
+            under = [self._under(t, perm, f"{op.name}.in{k}") for k, t in enumerate(ins)]
+            if any(u is None for u in under):
+                return None
+            attrs: object = shape.AxisAttrs(perm[a.axis % len(perm)])
+        else:
+            if id(ins[0]) not in self.pending:
+                return None
+            under = [self.pending[id(ins[0])][0]]
+
+            def moved(values: Sequence[int]) -> tuple[int, ...]:  # the value for axis i goes to axis perm[i]
+                out = [0] * len(perm)
+                for i, v in enumerate(values):
+                    out[perm[i]] = v
+                return tuple(out)
+
+            def moved_bits(mask: int) -> int:
+                return sum(1 << perm[i] for i in range(len(perm)) if mask >> i & 1)
+
+            if op.op is slicing.PAD and len(a.left) == len(a.right) == len(perm):
+                attrs = dataclasses.replace(a, left=moved(a.left), right=moved(a.right))
+            elif op.op is slicing.SLICE and a.squeeze_mask == 0 and len(a.starts) == len(perm):
+                attrs = dataclasses.replace(a, starts=moved(a.starts), ends=moved(a.ends), strides=moved(a.strides),
+                                            start_mask=moved_bits(a.start_mask), end_mask=moved_bits(a.end_mask))
+            else:
+                return None
+        y = self.g._add_op(op.op, under, attrs, op.name).outputs[0]  # type: ignore[arg-type]
+        return [self.transpose(y, perm, f"{op.name}.nchw")]
 
     def _reduce(self, op: Operation, t: Tensor, perm: Perm) -> Tensor:
         src, _ = self.pending[id(t)]
