@@ -187,6 +187,15 @@ def test_concatenations_and_crops_train_through_the_backend_as_in_eager() -> Non
     assert concats and all(o.attrs.axis == 3 for o in concats)  # joined in NHWC
 
 
+def test_explain_shows_the_layout() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    report = og.torch.explain(_Net(), x, options={"channels_last": True})
+    text = str(report)
+    assert "layout" in text and "NHWC (" in text
+    assert "NHWC" not in str(og.torch.explain(_Net(), x, options={"channels_last": False}))
+
+
 def test_pooling_indices_keep_their_values() -> None:
     g = og.Graph()
     x, w, feeds = _image(g)

@@ -3,7 +3,8 @@
 It runs the model once through ``torch.compile(backend="opgraph")`` while recording every graph the backend
 compiles, and asks Dynamo for its graph breaks. The result lists, per graph: the ATen ops, the ones that ran
 as themselves (fallbacks, with the reason), the ops of the compiled executable, the fused regions, the
-kernels and whether runs replay a CUDA graph (and why not, on CUDA); ``print`` shows it as a table.
+kernels, whether runs replay a CUDA graph (and why not, on CUDA) and the convolutions' layout (NHWC with the
+channels-last option, and the transposes left); ``print`` shows it as a table.
 
     >>> import torch, opgraph as og
     >>> report = og.torch.explain(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()), torch.randn(2, 4))
@@ -21,6 +22,19 @@ from typing import Any
 import torch
 
 from .backend import GraphReport, recording
+
+
+def _layout(exe: Any) -> str:
+    """The 2-D convolutions' layout ("NHWC (k transposes)": the rank-4 transposes left, ``passes.layout``), or
+    "-" for a graph without convolutions."""
+    if exe is None:
+        return "-"
+    layouts = {getattr(o.attrs, "descriptor", o.attrs).data_layout.value for o in exe.program.graph.ops
+               if o.op.name.startswith(("conv2d", "depthwise_conv2d"))}
+    if layouts != {"NHWC"}:
+        return "/".join(sorted(layouts)) or "-"
+    transposes = sum(1 for o in exe.program.graph.ops if o.op.name == "transpose" and o.outputs[0].rank == 4)
+    return f"NHWC ({transposes} transposes)"
 
 
 @dataclass
@@ -53,12 +67,12 @@ class Explanation:
             if r.executable is not None and r.executable.device.is_cuda and status != "on":
                 graph_notes.append(f"graph {i} CUDA graph {status}")  # why a CUDA executable runs op by op
             short = status.split(":")[0].split(" (")[0]  # on / off / pending
-            rows.append([str(i), r.kind, str(r.aten_nodes), str(kernels), str(fused), short,
+            rows.append([str(i), r.kind, str(r.aten_nodes), str(kernels), str(fused), short, _layout(r.executable),
                          fb if r.executable is not None else f"eager: {r.eager_reason}"])
         head = (f"{len(self.graphs)} graph(s) compiled, {self.graph_breaks} graph break(s), "
                 f"{sum(self.fallbacks.values())} ATen op(s) run as themselves")
         lines = [head, format_table(["graph", "kind", "ATen ops", "kernels", "fused regions", "CUDA graph",
-                                     "fallbacks"], rows)]
+                                     "layout", "fallbacks"], rows)]
         lines += graph_notes
         lines += [f"break: {b}" for b in self.break_reasons]
         reasons = {k: v for r in self.graphs for k, v in r.reasons.items()}
