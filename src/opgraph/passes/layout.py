@@ -37,7 +37,7 @@ from ..ops.reduce import ReduceAttrs
 from ..ops.state import VARIABLE
 from .builder import fresh_name
 from .dce import dead_code_elimination
-from .program import Program, rewrite
+from .program import Program, copy_op, rewrite
 
 TO_NCHW = (0, 3, 1, 2)  # transpose(nhwc, TO_NCHW) is the NCHW tensor: its axis i is the NHWC axis TO_NCHW[i]
 TO_NHWC = (0, 2, 3, 1)
@@ -193,9 +193,7 @@ class _Walk:
 
     def _copy(self, op: Operation, ins: Sequence[Tensor]) -> Operation:
         """``op`` on its inputs as they are: seeded values read as the tensors they stand for."""
-        ins = [self.origin.get(id(t), t) for t in ins]
-        same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
-        return self.g._add_op(op.op, ins, op.attrs, op.name, op.payload, [t.type for t in op.outputs] if same else None)
+        return copy_op(self.g, op, [self.origin.get(id(t), t) for t in ins])
 
     # ---- the walk -----------------------------------------------------------------------------
     def visit(self, op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor]:

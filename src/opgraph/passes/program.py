@@ -29,6 +29,12 @@ DROP = _Drop()
 RewriteFn = Callable[[Operation, list[Tensor], GraphCore], "Operation | Sequence[Tensor] | _Drop | None"]
 
 
+def copy_op(g: GraphCore, op: Operation, ins: Sequence[Tensor]) -> Operation:
+    """``op`` added to ``g`` on ``ins`` under its own name (its output types kept when the inputs' are)."""
+    same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
+    return g._add_op(op.op, ins, op.attrs, op.name, op.payload, [t.type for t in op.outputs] if same else None)
+
+
 def rewrite(program: Program, fn: RewriteFn) -> Program:
     """Walk ``program``'s ops in order; ``fn`` returns None to copy the op (with rewritten inputs),
     ``DROP`` to leave it out, the op that replaces it, or the tensors that replace its outputs
@@ -44,9 +50,7 @@ def rewrite(program: Program, fn: RewriteFn) -> Program:
         if result is DROP:
             continue
         if result is None:
-            same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
-            types = [t.type for t in op.outputs] if same else None
-            copied = new._add_op(op.op, ins, op.attrs, op.name, op.payload, types)
+            copied = copy_op(new, op, ins)
             op_map[id(op)] = copied
             result = copied.outputs
         elif isinstance(result, Operation):

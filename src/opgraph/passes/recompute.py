@@ -26,7 +26,7 @@ from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind
 from .builder import fresh_name
 from .dce import dead_code_elimination
-from .program import Program, rewrite
+from .program import Program, copy_op, rewrite
 
 CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
 FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
@@ -148,9 +148,7 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
     def track(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | None:
         result = visit(op, ins, g)
         if result is None:
-            same = all(a.type == b.type for a, b in zip(ins, op.inputs, strict=True))
-            types = [t.type for t in op.outputs] if same else None
-            result = g._add_op(op.op, ins, op.attrs, op.name, op.payload, types)
+            result = copy_op(g, op, ins)
         for old, new in zip(op.outputs, result.outputs, strict=True):
             mapping[id(old)] = new
         return result
