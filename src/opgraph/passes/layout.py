@@ -46,6 +46,7 @@ Perm = tuple[int, ...]
 _CONVS = {conv.CONV2D, conv.DEPTHWISE_CONV2D}
 _DATA_GRADS = {conv_grad.CONV2D_DATA_GRADIENT, conv_grad.DEPTHWISE_CONV2D_DATA_GRADIENT}
 _WEIGHT_GRADS = {conv_grad.CONV2D_WEIGHTS_GRADIENT, conv_grad.DEPTHWISE_CONV2D_WEIGHTS_GRADIENT}
+CONVOLUTIONS_2D = frozenset(_CONVS | _DATA_GRADS | _WEIGHT_GRADS)  # the ops whose layout the pass changes
 # ops kept in NCHW whose kernels keep a channels-last input's memory format: their results are seeded
 _POOLS = {pooling.MAX_POOL2D, pooling.AVG_POOL2D, pooling.L2_NORM_POOL2D, pooling_grad.AVG_POOL2D_GRADIENT,
           pooling_grad.L2_NORM_POOL2D_GRADIENT, pooling_indices.MAX_POOL2D_RETURN_INDICES,
@@ -72,7 +73,7 @@ def _reads_variable(t: Tensor) -> bool:
 
 def _is_nchw_conv(op: Operation) -> bool:
     """A static 2-D convolution (or gradient) in NCHW with no shape-reference inputs."""
-    if op.op not in _CONVS | _DATA_GRADS | _WEIGHT_GRADS or len(op.inputs) != 2:
+    if op.op not in CONVOLUTIONS_2D or len(op.inputs) != 2:
         return False
     d = op.attrs if op.op in _CONVS else op.attrs.descriptor
     return d.data_layout is TensorLayout.NCHW and all(t.type.is_static for t in (*op.inputs, *op.outputs))

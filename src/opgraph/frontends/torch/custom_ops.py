@@ -71,11 +71,10 @@ def _check(query: Tensor, key: Tensor, value: Tensor, mask: MaybeTensor) -> list
     if mask is not None:  # a float mask is cast to the query's dtype (op_mask)
         types.append(typed(mask, query.dtype if mask.dtype.is_floating_point else mask.dtype))
     try:
-        out, _ = attention.attention_types(types[0], types[1], types[2], types[3] if mask is not None else None)
+        attention.attention_types(types[0], types[1], types[2], types[3] if mask is not None else None)
     except OpgraphError as e:
         raise type(e)(f"opgraph::attention({', '.join(str(t) for t in types)}): {e}") from None
-    return list(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])) \
-        if None in out.shape[:-2] else [int(d) for d in out.shape[:-2]]  # type: ignore[arg-type]
+    return list(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
 
 
 # ---- the forward -------------------------------------------------------------------------------------------

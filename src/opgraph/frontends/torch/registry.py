@@ -126,8 +126,11 @@ class ConvertContext:
         ``1 / (N * H * W)``) as a 0-d tensor of ``dtype``, computed at run time from the input dims it is made
         of: numbers, sizes, products, sums, integer powers and true division; ``Unsupported`` for anything else."""
         import sympy
+        import torch.utils._sympy.functions as torch_sympy
 
         g = self.g
+        divisions = tuple(getattr(torch_sympy, n) for n in ("FloatTrueDiv", "IntTrueDiv") if hasattr(torch_sympy, n))
+        to_float = getattr(torch_sympy, "ToFloat", None)
 
         def value(e: Any) -> Any:
             if e.is_Number:
@@ -152,12 +155,11 @@ class ConvertContext:
                 for _ in range(abs(n) - 1):
                     out = g.multiply(out, base)
                 return g.divide(g.constant(1.0, dtype), out) if n < 0 else out if n else g.constant(1.0, dtype)
-            kind = type(e).__name__  # torch's own sympy functions (torch.utils._sympy.functions)
-            if kind in ("FloatTrueDiv", "IntTrueDiv") and len(e.args) == 2:
+            if isinstance(e, divisions) and len(e.args) == 2:  # torch's own sympy functions
                 return g.divide(value(e.args[0]), value(e.args[1]))
-            if kind == "ToFloat" and len(e.args) == 1:
+            if to_float is not None and isinstance(e, to_float):
                 return value(e.args[0])
-            raise Unsupported(f"symbolic expression {e} ({kind})")
+            raise Unsupported(f"symbolic expression {e} ({type(e).__name__})")
 
         expr = getattr(size, "sym", None)
         if expr is None:

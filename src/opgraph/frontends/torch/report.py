@@ -27,13 +27,16 @@ from .backend import GraphReport, recording
 def _layout(exe: Any) -> str:
     """The 2-D convolutions' layout ("NHWC (k transposes)": the rank-4 transposes left, ``passes.layout``), or
     "-" for a graph without convolutions."""
+    from ...ops.shape import TRANSPOSE
+    from ...passes.layout import CONVOLUTIONS_2D
+
     if exe is None:
         return "-"
-    layouts = {getattr(o.attrs, "descriptor", o.attrs).data_layout.value for o in exe.program.graph.ops
-               if o.op.name.startswith(("conv2d", "depthwise_conv2d"))}
+    ops = exe.program.graph.ops
+    layouts = {getattr(o.attrs, "descriptor", o.attrs).data_layout.value for o in ops if o.op in CONVOLUTIONS_2D}
     if layouts != {"NHWC"}:
         return "/".join(sorted(layouts)) or "-"
-    transposes = sum(1 for o in exe.program.graph.ops if o.op.name == "transpose" and o.outputs[0].rank == 4)
+    transposes = sum(1 for o in ops if o.op is TRANSPOSE and o.outputs[0].rank == 4)
     return f"NHWC ({transposes} transposes)"
 
 
