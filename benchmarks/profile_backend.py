@@ -1,7 +1,8 @@
 """Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch
 and Inductor: torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph
 bench``). ``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input
-shapes) behind the kernels that are not generated ones, to trace them to the graph ops that launch them.
+shapes and the innermost opgraph source line that called them) behind the kernels, to trace them to the graph
+ops that launch them.
 
     python benchmarks/profile_backend.py --models resnet50:64,bert:32 --backends eager,inductor,opgraph
 """
@@ -12,6 +13,7 @@ import argparse
 import collections
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -44,7 +46,8 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                 with_stack=True) as prof:
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -52,11 +55,24 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
     def device_us(e: object) -> float:  # the attribute's name changed across PyTorch versions
         return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
 
-    rows = [e for e in prof.key_averages(group_by_input_shape=True) if e.key.startswith("aten::") and device_us(e)]
-    rows.sort(key=device_us, reverse=True)
-    print(f"== {title}: ATen ops by device time/step (CUDA graphs off)")
-    for e in rows[:top]:
-        print(f"  {device_us(e) / 3e3:8.3f} ms  x{e.count // 3:4d}  {e.key:28s} {str(e.input_shapes)[:70]}")
+    def caller(e: Any) -> str:  # the innermost opgraph frame above the op: the lowering that called it
+        while e is not None:
+            frames = [f for f in getattr(e, "stack", None) or [] if "opgraph/" in f]
+            if frames:
+                return frames[0].split("opgraph/")[-1][:48]
+            e = e.cpu_parent
+        return "-"
+
+    total: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    count: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    for e in prof.events():
+        if e.name.startswith("aten::") and device_us(e):
+            key = (e.name, str(e.input_shapes)[:56], caller(e))
+            total[key] += device_us(e) / 3
+            count[key] += 1
+    print(f"== {title}: ATen ops by device time/step (CUDA graphs off), with the opgraph line calling them")
+    for key, us in total.most_common(top):
+        print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:24s} {key[1]:56s} {key[2]}")
 
 
 def main() -> None:
@@ -66,7 +82,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=18, help="kernels listed per run")
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
-    ap.add_argument("--channels-last", action="store_true", help="opgraph with options channels_last=True")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="model and images in channels-last memory format for every backend; opgraph with "
+                         "options channels_last=True")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -81,6 +99,8 @@ def main() -> None:
             torch._dynamo.reset()
             model = WithLoss(m.build(False)).cuda().train()
             x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
+            if args.channels_last and x.dim() == 4:
+                model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",

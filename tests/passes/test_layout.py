@@ -222,6 +222,21 @@ def test_batch_norm_and_gradients_of_a_conv_block() -> None:
     assert {o.attrs.axis for o in exe.program.graph.ops if o.op.name.startswith("batch_norm")} == {3}
 
 
+@pytest.mark.parametrize("dtype", [og.float32, og.float64], ids=str)
+def test_1x1_data_gradients_come_back_nhwc_stored(dtype: og.DType) -> None:
+    # 1x1 weights are channels-last contiguous with NCHW strides: PyTorch read them as NCHW and ran the data
+    # gradient in NCHW (two copies of a full activation per 1x1 convolution on cuDNN)
+    g = og.Graph()
+    dy = g.placeholder((2, 5, 6, 8), dtype)
+    w = g.placeholder((8, 4, 1, 1), dtype)
+    dx = g.conv2d_data_gradient(dy, w, (2, 5, 6, 4), og.Conv2dDescriptor(data_layout=og.TensorLayout.NHWC))
+    feeds = {dy: torch.randn(2, 5, 6, 8, dtype=dtype.torch_dtype), w: torch.randn(8, 4, 1, 1, dtype=dtype.torch_dtype)}
+    got = g.run(feeds, [dx])[0]
+    assert got.is_contiguous()
+    want = torch.nn.grad.conv2d_input((2, 4, 5, 6), feeds[w], feeds[dy].permute(0, 3, 1, 2))
+    torch.testing.assert_close(got, want.permute(0, 2, 3, 1))
+
+
 def test_depthwise_convolution_and_its_gradients() -> None:
     g = og.Graph()
     x = g.placeholder((N, C, H, W), og.float64, name="x")

@@ -223,8 +223,19 @@ def _channels_first(x: torch.Tensor) -> torch.Tensor:
 
 def channels_last_stored(x: torch.Tensor) -> torch.Tensor:
     """An NCHW view of NHWC data, stored channels-last (a copy only where it is not): given one, cuDNN runs its
-    NHWC kernels and returns NHWC-stored results."""
-    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+    NHWC kernels and returns NHWC-stored results.
+
+    PyTorch picks the layout from strides, and a tensor with size-1 dims (1x1 weights) counts as channels-last
+    contiguous whatever their strides while its strides still say NCHW: a 1x1 data gradient then ran in NCHW,
+    copying its gradient in and its result out. Such a tensor gets the canonical strides (a view: the strides
+    of size-1 dims address nothing)."""
+    if x.dim() != 4:
+        return x
+    if not x.is_contiguous(memory_format=torch.channels_last):
+        return x.contiguous(memory_format=torch.channels_last)
+    _, c, h, w = x.shape
+    strides = (h * w * c, 1, w * c, c)
+    return x if x.stride() == strides else x.as_strided(x.shape, strides)
 
 
 def _channels_last(y: torch.Tensor) -> torch.Tensor:

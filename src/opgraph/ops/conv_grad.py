@@ -147,9 +147,7 @@ def _data_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., Any]]
                 padding, full = tuple(b for b, _ in pads), tuple(sizes)
             else:  # the gradient of the padded source, then the padding cropped off
                 padding, full = (0,) * len(pads), tuple(s + b + e for s, (b, e) in zip(sizes, pads, strict=True))
-            stand_in = grad.new_empty(1).expand(n, c, *full)  # only its shape is read
-            dx = torch.ops.aten.convolution_backward(grad, stand_in, w, None, stride, padding, dilation, False,
-                                                     [0] * len(pads), groups, (True, False, False))[0]
+            dx = _transposed_convolution(grad, w, (n, c, *full), stride, padding, dilation, groups)
             if not _symmetric(pads):
                 crop: tuple[slice, ...] = (slice(None), slice(None),
                                            *(slice(b, b + s) for s, (b, _) in zip(sizes, pads, strict=True)))
@@ -159,6 +157,21 @@ def _data_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., Any]]
         return run
 
     return lower
+
+
+def _transposed_convolution(grad: torch.Tensor, w: torch.Tensor, shape: Sequence[int], stride: Sequence[int],
+                            padding: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor:
+    """The data gradient as the transposed convolution, sized by its output padding. ``convolution_backward``
+    would need the source: given a broadcast stand-in it materialises it (a copy the size of the source per
+    call: ResNet-50 spent a quarter of its backward there)."""
+    spatial = shape[2:]
+    extra = [full - ((g - 1) * s - 2 * p + d * (k - 1) + 1)
+             for full, g, s, p, d, k in zip(spatial, grad.shape[2:], stride, padding, dilation, w.shape[2:],
+                                            strict=True)]
+    if not all(0 <= e < max(s, d) for e, s, d in zip(extra, stride, dilation, strict=True)):
+        raise ShapeError(f"convolution data gradient: a source of shape {tuple(shape)} does not give the incoming "
+                         f"gradient's shape {tuple(grad.shape)}")  # only dynamic dims get here unchecked
+    return torch.ops.aten.convolution(grad, w, None, stride, padding, dilation, True, extra, groups)
 
 
 def _torch_weights(w: torch.Tensor, kernel_first: bool, depthwise: bool, groups: int) -> tuple[torch.Tensor, int]:
@@ -194,7 +207,8 @@ def _weights_lower(depthwise: bool) -> Callable[[LowerContext], Callable[..., An
                 padding = tuple(b for b, _ in pads)
             else:
                 x, padding = F.pad(x, [p for pair in reversed(pads) for p in pair]), (0,) * len(pads)
-            stand_in = grad.new_empty(1).expand(oi)  # only its shape is read
+            fmt = torch.channels_last if cl and len(oi) == 4 else torch.contiguous_format
+            stand_in = torch.empty(oi, dtype=grad.dtype, device=grad.device, memory_format=fmt)  # only its shape
             dw = torch.ops.aten.convolution_backward(grad, x, stand_in, None, stride, padding, dilation, False,
                                                      [0] * len(pads), groups, (False, True, False))[1]
             if depthwise:

@@ -459,9 +459,22 @@ class CapturedRun:
             fn(*inputs, S=scratch)
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = fn(*inputs)  # recorded, not run: the first replay runs it
+        try:
+            with torch.cuda.graph(graph):
+                outputs = fn(*inputs)  # recorded, not run: the first replay runs it
+        except BaseException:
+            _end_generator_capture(device)
+            raise
         return graph.replay, outputs
+
+
+def _end_generator_capture(device: torch.device) -> None:
+    """A capture that fails (an op synchronising with the host) ends without the default generator's capture
+    epilogue, leaving it "capturing": every later CUDA random op would raise ("Offset increment outside graph
+    capture"). Giving it a fresh copy of its state (seed and offset kept) ends that."""
+    generator = torch.cuda.default_generators[device.index if device.index is not None else 0]
+    if hasattr(generator, "clone_state") and hasattr(generator, "graphsafe_set_state"):
+        generator.graphsafe_set_state(generator.clone_state())
 
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # None: outputs are always copied
