@@ -83,8 +83,9 @@ def main() -> None:
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
     ap.add_argument("--channels-last", action="store_true",
-                    help="model and images in channels-last memory format for every backend; opgraph with "
-                         "options channels_last=True")
+                    help="model and images in channels-last memory format for every backend")
+    ap.add_argument("--nchw", action="store_true",
+                    help="opgraph with options channels_last=False (its default on CUDA: NHWC convolutions)")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -104,7 +105,7 @@ def main() -> None:
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",
-                                                                 "channels_last": args.channels_last})
+                                                                 "channels_last": False if args.nchw else None})
 
             def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
                      opt: torch.optim.Optimizer = opt) -> None:

@@ -39,8 +39,9 @@ def main() -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="bfloat16: autocast")
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--channels-last", action="store_true",
-                    help="model and images in channels-last memory format (4-d inputs only); opgraph with "
-                         "options channels_last=True")
+                    help="model and images in channels-last memory format (4-d inputs only)")
+    ap.add_argument("--nchw", action="store_true",
+                    help="opgraph with options channels_last=False (its default on CUDA: NHWC convolutions)")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -57,7 +58,7 @@ def main() -> None:
         module = WithLoss(model)
         fn = module if backend == "eager" else torch.compile(module) if backend == "inductor" else \
             torch.compile(module, backend="opgraph", options={"warn_fallbacks": False,
-                                                              "channels_last": args.channels_last})
+                                                              "channels_last": False if args.nchw else None})
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
         def forward(fn: Callable[..., torch.Tensor] = fn) -> torch.Tensor:

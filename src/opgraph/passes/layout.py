@@ -19,7 +19,7 @@ tensor to change its layout, except for the convolutions themselves: the NHWC lo
 channels-last tensor, copying one stored NCHW (a graph's images, in the forward and again for the weight
 gradient).
 
-Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``: on CUDA; off by default for now).
+Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``, the default: on CUDA).
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ class CompilationDescriptor:
     GPU). On by default. ``matmul_epilogues=False`` keeps bias and activation out of the GEMM (then they
     fuse into a region like any elementwise op).
     ``channels_last``: 2-D convolutions and the ops between them compute on NHWC tensors (``passes.layout``;
-    cuDNN's fast kernels are NHWC). ``True``: on every device; ``None``: on CUDA; ``False`` (default, until its
-    CUDA training step is measured faster than NCHW on the model tables): never.
+    cuDNN's fast kernels are NHWC). ``True``: on every device; ``None`` (default): on CUDA (a ResNet-50 training
+    step on an H200 is 1.14x / 1.24x faster than in NCHW, float32 / bfloat16); ``False``: never.
     """
 
     optimization_level: int = 1
@@ -63,7 +63,7 @@ class CompilationDescriptor:
     fusion: bool = True
     triton_interpret: bool = False
     matmul_epilogues: bool = True
-    channels_last: bool | None = False
+    channels_last: bool | None = None
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError

@@ -41,7 +41,7 @@ class TorchOptions:
     optimization_level: int = 1
     warn_fallbacks: bool = True
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
-    channels_last: bool | None = False  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
+    channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
