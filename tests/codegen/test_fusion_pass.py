@@ -186,7 +186,7 @@ def test_regions_meeting_at_an_op_merge_when_nothing_else_reads_them(case: str) 
     fused = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=FUSED)
     plain = g.compile({x: x.type, y: y.type}, outs, device="cpu", descriptor=PLAIN)
     assert _names(fused).count("fused_region") == (1 if case == "merged" else 2), _names(fused)
-    xs = [torch.randn(4, 8), torch.randn(*y.shape)]
+    xs = [torch.randn(4, 8), torch.rand(*y.shape)]  # log(y + 3) of a normal y was NaN in ~4% of runs
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got, want)
 

@@ -11,11 +11,12 @@ from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind, LowerContext
 from ...passes.fuse import FUSED_REGION, region_graph
+from ._text import inlinable_scalar
 from .expr import EXPRESSIONS, NotExpressible
 from .indexing import INDEX_RULES
 from .kernel import region_kernel
 from .reductions import REDUCTIONS
-from .region import RegionEmitter, inlinable_scalar
+from .region import RegionEmitter
 
 
 def can_fuse(op: Operation) -> bool:

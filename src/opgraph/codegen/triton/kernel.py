@@ -27,8 +27,9 @@ import torch
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
+from ._text import MAX_BARRIERS, WS_PARTS, generated
 from .expr import NotExpressible
-from .region import MAX_BARRIERS, WS_PARTS, Config, RegionEmitter, candidate_configs, generated
+from .region import Config, RegionEmitter, candidate_configs
 
 DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration

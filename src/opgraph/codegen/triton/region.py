@@ -19,26 +19,35 @@ waiting). Dynamic sizes are kernel arguments, resolved at launch from the input 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from ...core.dtype import DType
 from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from . import indexing as ix
+from ._text import (
+    INT_NEUTRAL,
+    MAX_BARRIERS,
+    NAME_PATTERN,
+    NEUTRAL,
+    TILE_REDUCE,
+    WS_PARTS,
+    broadcasts,
+    combine,
+    flat_key,
+    generated,
+    identifiers,
+    kernel_name,
+    literal,
+)
 from .configs import Config, candidate_configs, default_config, float32_statistics
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .reductions import REDUCTIONS
 
 Index = tuple[str, ...]
-_NEUTRAL = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")'}
-_INT_NEUTRAL = {"sum": "0", "prod": "1", "max": "-2147483648", "min": "2147483647"}
 
 
 @dataclass
@@ -128,7 +137,7 @@ class RegionEmitter:
 
         best = max(self.outputs, key=lambda t: (t.rank, numel(t)))
         for t in self.outputs:
-            if not _broadcasts(t.shape, best.shape):
+            if not broadcasts(t.shape, best.shape):
                 raise NotExpressible(f"outputs %{t.name} {t.shape} and %{best.name} {best.shape} have no common domain")
         return best
 
@@ -152,7 +161,7 @@ class RegionEmitter:
         return self.size(self.domain, k)
 
     def emit(self, line: str) -> None:
-        if self.partials and not self._finishing and {n for n, _, _ in self.partials} & set(_NAME.findall(line)):
+        if self.partials and not self._finishing and {n for n, _, _ in self.partials} & set(NAME_PATTERN.findall(line)):
             # a split column part holds only its rows' statistics: nothing but the last part may use them
             raise NotExpressible("a statistic of a split column reduction is used before the parts are combined")
         self.scope.lines.append(self.scope.indent + line)
@@ -174,10 +183,10 @@ class RegionEmitter:
         return name
 
     def depends_on_r(self, expr: str) -> bool:
-        return any(tok in self.rdep for tok in _identifiers(expr))
+        return any(tok in self.rdep for tok in identifiers(expr))
 
     def depends_on_x(self, expr: str) -> bool:
-        return any(tok in self.xdep for tok in _identifiers(expr))
+        return any(tok in self.xdep for tok in identifiers(expr))
 
     def _fit(self, offset: str, need_r: bool) -> str:
         """``offset`` widened by a zero tile to the shape a mask of the current scope has (a pointer must be as
@@ -230,7 +239,7 @@ class RegionEmitter:
                 inner = ix.INDEX_RULES[op.op](op, index, self.size)
                 flat = self._known_flat(t, index) if op.op in ix.FLAT_PRESERVING else None
                 if flat is not None and op.inputs[0].type.is_static and len(inner) == op.inputs[0].rank:
-                    self.scope.memo[_flat_key(op.inputs[0], inner)] = flat  # the same element: no div/mod
+                    self.scope.memo[flat_key(op.inputs[0], inner)] = flat  # the same element: no div/mod
                 name = self.value(op.inputs[0], inner)
                 self.scope.memo[key] = name
                 return name
@@ -263,7 +272,7 @@ class RegionEmitter:
         i = self.input_no[id(t)]
         if i in self.scalars:  # a constant's one element: a splat the compiler folds (no load per element)
             name = self.fresh("c")
-            self.emit(f"{name} = tl.full([{self.tile(False)}], {_literal(self.scalars[i])}, {compute_type(t.dtype)})")
+            self.emit(f"{name} = tl.full([{self.tile(False)}], {literal(self.scalars[i])}, {compute_type(t.dtype)})")
             self.xdep.add(name)
             return name
         self.loaded_at.setdefault(i, set()).add(self._relative(t, index))
@@ -309,14 +318,14 @@ class RegionEmitter:
         position at the domain index, or one a reshape passed through (reshapes keep element order)."""
         if not t.type.is_static or len(index) != t.rank:  # (a reduced value is read at the domain's row index)
             return None
-        found = self.scope.find(_flat_key(t, index))
+        found = self.scope.find(flat_key(t, index))
         if found is not None:
             return found
         flat, domain = self.scope.find(("flat",)), self.scope.find(("domain",))
         if flat is None or domain is None or t.shape != self.domain.shape:
             return None
         at = tuple(domain.split(","))  # (a name with a comma inside splits wrong: then no match)
-        return flat if len(at) == t.rank and _flat_key(t, index) == _flat_key(t, at) else None
+        return flat if len(at) == t.rank and flat_key(t, index) == flat_key(t, at) else None
 
     def zero(self, r_dependent: bool) -> str:
         key = ("zero", r_dependent)
@@ -396,7 +405,7 @@ class RegionEmitter:
             for acc, (kind, fn, ct) in zip(accs, parts, strict=True):
                 v = fn(idx)
                 masked = f"tl.where({loop.mask}, {v}, {self._neutral(kind, ct)})"
-                self.emit(f"{acc} = {_combine(kind, acc, masked)}")
+                self.emit(f"{acc} = {combine(kind, acc, masked)}")
             self.close_loop()
             names = [self._reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
             if self.column_split:  # partial over this program's rows: completed in the last part
@@ -482,7 +491,7 @@ class RegionEmitter:
         for k, (name, kind, ct) in enumerate(self.partials):  # in part order: the same sum on every launch
             every = self.fresh("all")
             self.emit(f"{every} = tl.load(ws + ({parts} + {k}) * XBLOCK + {cols}, cache_modifier=\".cg\")")
-            self.emit(f"{name} = {_TILE_REDUCE[kind].format(every)}[:, None].to({ct})")
+            self.emit(f"{name} = {TILE_REDUCE[kind].format(every)}[:, None].to({ct})")
         for j, t in rows:
             self.emit(self._store(j, t))
         self.emit(f"tl.atomic_xchg({counter}, 0)")  # ready for the next launch
@@ -547,16 +556,16 @@ class RegionEmitter:
 
     def _neutral(self, kind: str, ct: str) -> str:
         if "float" in ct:
-            return _NEUTRAL[kind]
+            return NEUTRAL[kind]
         if ct == "tl.int32" or kind in ("sum", "prod"):
-            return _INT_NEUTRAL[kind]
+            return INT_NEUTRAL[kind]
         info = {"tl.int8": (-128, 127), "tl.uint8": (0, 255), "tl.int16": (-32768, 32767),
                 "tl.int64": (-(2**63), 2**63 - 1)}[ct]
         return str(info[0] if kind == "max" else info[1])
 
     def _reduce_tile(self, kind: str, tile: str, ct: str) -> str:
         name = self.fresh("s")
-        self.emit(f"{name} = {_TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
+        self.emit(f"{name} = {TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
 
     def open_loop(self) -> _Scope:
@@ -592,7 +601,7 @@ class RegionEmitter:
                 and t.rank == len(self.xaxes) and t.rank != self.domain.rank):
             row = self._row_index()
             return tuple(row[k] for k in self.xaxes), [], True
-        if not _broadcasts(t.shape, self.domain.shape):
+        if not broadcasts(t.shape, self.domain.shape):
             raise NotExpressible(f"output %{t.name} {t.shape} does not broadcast to the domain {self.domain.shape}")
         lead = self.domain.rank - t.rank
         row_level = bool(self.raxes) and all(k < lead or t.shape[k - lead] == 1 for k in self.raxes)
@@ -747,76 +756,6 @@ class RegionEmitter:
                 if o.type == t.type and t.type.is_static and not (early and self._row_level(o)):
                     pairs.add((i, j))
         return frozenset(pairs)
-
-
-KERNEL_NAME = "fused_region"  # the stem of every generated kernel's name
-
-
-def kernel_name(ops: Sequence[Operation]) -> str:
-    """``fused_region_`` and the region's distinct computing ops, as profilers show the kernel (Inductor's
-    ``triton_per_fused_...`` likewise): ``fused_region_add_layer_norm``."""
-    names: list[str] = []
-    for op in ops:
-        if op.op.fusion is not FusionKind.INJECTIVE and op.op.name not in names:
-            names.append(op.op.name)
-    tail = re.sub(r"\W", "_", "_".join(names))[:80].rstrip("_")  # an identifier whatever the op names
-    return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
-MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
-WS_PARTS = 4  # statistics per group
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_TILE_REDUCE = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
-                "prod": "tl.reduce({}, 1, og_mul)"}
-
-
-def generated(op: Operation) -> bool:
-    """Whether the emitter has a rule for the op's kind (its dtypes may still be refused)."""
-    kind = op.op.fusion
-    return (kind is FusionKind.ELEMENTWISE or (kind is FusionKind.INJECTIVE and op.op in ix.INDEX_RULES)
-            or (kind is FusionKind.REDUCTION and op.op in REDUCTIONS))
-
-
-def _flat_key(t: Tensor, index: Index) -> tuple[Any, ...]:
-    """A memo key for ``index`` in ``t``'s static shape; size-1 dims read at any index are the same element."""
-    return ("flat of", t.shape, tuple("0" if d == 1 else e for d, e in zip(t.shape, index, strict=True)))
-
-
-def _literal(v: float | int | bool) -> str:
-    if isinstance(v, float) and not math.isfinite(v):
-        return f'float("{v}")'
-    return repr(v)
-
-
-def inlinable_scalar(value: torch.Tensor | None, dt: DType) -> float | int | bool | None:
-    """The Python value of a one-element constant that a kernel may write into its source, else None: floats
-    of at most 32 bits (held in float32, where Triton keeps a literal exactly), bools and int32-range ints."""
-    if value is None or value.numel() != 1 or value.is_complex():
-        return None
-    v = value.reshape(()).item()
-    if dt.is_floating and dt.bits <= 32:
-        return float(v)
-    if dt.name == "bool":
-        return bool(v)
-    if dt.name in ("int8", "int16", "int32", "uint8") and -2**31 <= int(v) < 2**31:
-        return int(v)
-    return None
-
-
-def _combine(kind: str, acc: str, v: str) -> str:
-    return {"sum": f"{acc} + {v}", "prod": f"{acc} * {v}", "max": f"tl.maximum({acc}, {v})",
-            "min": f"tl.minimum({acc}, {v})"}[kind]
-
-
-def _identifiers(expr: str) -> list[str]:
-    import re
-
-    return re.findall(r"[A-Za-z_][A-Za-z_0-9]*", expr)
-
-
-def _broadcasts(shape: Sequence[int | None], to: Sequence[int | None]) -> bool:
-    if len(shape) > len(to):
-        return False
-    lead = len(to) - len(shape)
-    return all(s == 1 or s is None or d is None or s == d for s, d in zip(shape, to[lead:], strict=True))
 
 
 __all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]
