@@ -408,6 +408,8 @@ INPLACE: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], set[tuple[in
     ("transpose_reads_elsewhere", lambda g, x: x + g.transpose(x, [1, 0]), [(4, 4)], set()),
     ("reverse_reads_elsewhere", lambda g, x: g.reverse(x, 0) * 2.0 + 1.0, [(4, 4)], set()),
     ("row_output", lambda g, y, s: g.reduce_sum(y * s, -1, True), [(4, 6), (4, 1)], {(1, 0)}),
+    # u + 1 is stored by the programs of row 0 while every program still reads u (a batch norm's mean)
+    ("broadcast_output", lambda g, u, x: (u + 1.0, x - (u + 1.0)), [(1, 24), (512, 24)], {(3, 1)}),
 ]
 
 

@@ -745,7 +745,8 @@ class RegionEmitter:
 
     def inplace_ok(self) -> frozenset[tuple[int, int]]:
         """Pairs (input i, output j): the kernel reads input i only where it writes output j (same shape and
-        dtype), so output j may be written into input i's buffer."""
+        dtype), so output j may be written into input i's buffer. Not for an output broadcast along a kept dim:
+        one program stores it while the others still read the input there (a batch norm's (1, 1, 1, C) mean)."""
         pairs = set()
         early = self.config.looped or self.config.split > 1  # row outputs are stored while others still read
         for i, t in enumerate(self.inputs):
@@ -753,9 +754,16 @@ class RegionEmitter:
             if not seen or None in seen:
                 continue
             for j, o in enumerate(self.outputs):
-                if o.type == t.type and t.type.is_static and not (early and self._row_level(o)):
+                if o.type == t.type and t.type.is_static and not (early and self._row_level(o)) \
+                        and not self._stored_by_some(o):
                     pairs.add((i, j))
         return frozenset(pairs)
+
+    def _stored_by_some(self, t: Tensor) -> bool:
+        try:
+            return bool(self.store_index(t)[1])
+        except (NotExpressible, GraphError):
+            return True
 
 
 __all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]
