@@ -1,5 +1,5 @@
-"""Decompositions for fusion (``passes.decompose``): group_norm and softmax_cross_entropy become ops the region
-generator writes, one fused region each (plus the batch reduction of a reduced loss). Fused executables (Triton's
+"""Decompositions for fusion (``passes.decompose``): group_norm, softmax_cross_entropy and (on request)
+batch_norm_training become ops the region generator writes, one fused region each (plus the batch reduction of a reduced loss). Fused executables (Triton's
 interpreter) are checked against the unfused ones and against PyTorch (``F.group_norm``, ``F.cross_entropy``)."""
 
 from __future__ import annotations
@@ -398,6 +398,78 @@ def test_training_graph_through_group_norm_and_cross_entropy() -> None:
         torch.testing.assert_close(a, leaf.grad, rtol=1e-4, atol=1e-5)
 
 
+# ---- batch_norm_training (CompilationDescriptor(batch_norm_regions=True)) ------------------------------------
+BN_FUSED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True, batch_norm_regions=True)
+BN_TOL = {og.float32: dict(rtol=1e-4, atol=1e-4), og.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2),
+          og.float64: dict(rtol=1e-10, atol=1e-10)}  # float32: x near 1000 holds ~3e-5 of its spread of 1
+
+
+def _bn_graph(shape: tuple[int | None, ...], axis: int, affine: bool, dtype: og.DType
+              ) -> tuple[og.Graph, list[og.Tensor], list[og.Tensor]]:
+    g = og.Graph()
+    x = g.placeholder(shape, dtype, name="x")
+    pt = og.float32 if dtype.bits < 32 else dtype  # autocast's float32 parameters beside 16-bit data
+    params = [g.placeholder((shape[axis],), pt, name=n) for n in ("gamma", "beta")] if affine else []
+    y, mean, var = g.batch_norm_training(x, *params, axis=axis)
+    return g, [x, *params], [g.relu(y), mean, var]
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16, og.float64], ids=str)
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+@pytest.mark.parametrize("shape,axis", [((16, 6, 5, 24), 3), ((16, 24, 6, 5), 1), ((64, 3), 1)],
+                         ids=["nhwc", "nchw", "2d"])
+def test_batch_norm_is_a_statistics_region_and_a_normalisation_region(shape: tuple[int, ...], axis: int,
+                                                                       affine: bool, dtype: og.DType) -> None:
+    """Two sums (one region, the statistics) and the normalisation with the ReLU after it (a second region); x far
+    from 0 (mean 1000, spread 1): a sum of squares about 0 would lose the variance in float32 (PyTorch's own CPU
+    kernel is 10x further from the float64 oracle here than the shifted sums)."""
+    g, feeds, outs = _bn_graph(shape, axis, affine, dtype)
+    fused = g.compile({t: t.type for t in feeds}, outs, device="cpu", descriptor=BN_FUSED)
+    names = _names(fused)
+    assert "batch_norm_training" not in names and "relu" not in names
+    assert names.count("fused_region") == 2, names
+    gen = _gen(3)
+    offset = 10.0 if dtype is og.bfloat16 else 1000.0  # bfloat16 holds 1000 + N(0, 1) to a few units only
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) + offset).to(dtype.torch_dtype)
+    vals = [x] + [(torch.rand(shape[axis], generator=gen) + 0.5).to(t.dtype.torch_dtype) for t in feeds[1:]]
+    got = fused.run(vals)
+    up = [v.double() for v in vals]  # the oracle: float64 on the same (rounded) values
+    want = F.relu(F.batch_norm(up[0].movedim(axis, 1), None, None, *up[1:], training=True)).movedim(1, axis)
+    tol = BN_TOL[dtype]
+    torch.testing.assert_close(got[0].double(), want, **tol)
+    dims = [k for k in range(len(shape)) if k != axis]
+    torch.testing.assert_close(got[1].double(), up[0].mean(dims), rtol=1e-6, atol=0.0)
+    torch.testing.assert_close(got[2].double(), up[0].var(dims, unbiased=False), rtol=1e-5, atol=0.0)
+
+
+def test_batch_norm_keeps_its_vendor_kernel_by_default_and_with_dynamic_dims() -> None:
+    g, feeds, outs = _bn_graph((8, 4, 3, 3), 1, True, og.float32)
+    assert "batch_norm_training" in _names(g.compile({t: t.type for t in feeds}, outs, device="cpu", descriptor=FUSED))
+    g, feeds, outs = _bn_graph((None, 4, 3, 3), 1, True, og.float32)  # type: ignore[arg-type]
+    exe = g.compile({t: t.type for t in feeds}, outs, device="cpu", descriptor=BN_FUSED)
+    assert "batch_norm_training" in _names(exe)  # the count N*H*W is not known before the run
+    x = torch.randn(5, 4, 3, 3, generator=_gen(4))
+    got = exe.run([x, torch.ones(4), torch.zeros(4)])
+    torch.testing.assert_close(got[1], x.mean((0, 2, 3)))
+
+
+def test_batch_norm_training_step_through_the_decomposition() -> None:
+    """Autodiff first: the gradient (batch_norm_training_gradient) reads the decomposed forward's statistics."""
+    g, feeds, outs = _bn_graph((8, 5, 4, 6), 3, True, og.float64)
+    loss = g.reduce_sum(outs[0] * outs[0])
+    grads = g.gradients(loss, feeds)
+    targets = [loss, *(grads[t] for t in feeds)]
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, targets, device="cpu", descriptor=BN_FUSED)
+    plain = g.compile(types, targets, device="cpu", descriptor=PLAIN)
+    assert "batch_norm_training" not in _names(fused)
+    gen = _gen(5)
+    vals = [torch.randn(8, 5, 4, 6, generator=gen, dtype=torch.float64) * 2 + 3,
+            torch.rand(6, generator=gen, dtype=torch.float64) + 0.5, torch.randn(6, generator=gen, dtype=torch.float64)]
+    for a, b in zip(fused.run(vals), plain.run(vals), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 # ---- on CUDA: compiled kernels, rows in registers, walked in steps and split across programs ------------------
 GPU_FUSED = og.CompilationDescriptor(fusion=True, cuda_graphs=False)
 GPU_PLAIN = og.CompilationDescriptor(fusion=False, cuda_graphs=False)
@@ -423,6 +495,27 @@ def test_group_norm_on_cuda(shape: tuple[int, ...], groups: int, dtype: og.DType
     up = [v.float() for v in vals]
     want = F.silu(F.group_norm(up[0], groups, up[1], up[2]))
     torch.testing.assert_close(got.float(), want, **GPU_TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape,axis", [((64, 28, 28, 128), 3), ((32, 64, 28, 28), 1), ((8, 7, 7, 2048), 3)],
+                         ids=["nhwc", "nchw", "nhwc-wide"])
+def test_batch_norm_regions_on_cuda(shape: tuple[int, ...], axis: int, dtype: og.DType) -> None:
+    g, feeds, outs = _bn_graph(shape, axis, True, dtype)
+    fused = g.compile({t: t.type for t in feeds}, outs, device="cuda",
+                      descriptor=og.CompilationDescriptor(cuda_graphs=False, batch_norm_regions=True))
+    assert "batch_norm_training" not in _names(fused)
+    gen = _gen(12)
+    vals = [(torch.randn(shape, generator=gen) * 2 + 3).to(dtype.torch_dtype).cuda()]
+    vals += [(torch.rand(shape[axis], generator=gen) + 0.5).cuda() for _ in feeds[1:]]
+    got = fused.run(vals)
+    up = [v.double() for v in vals]
+    want = F.relu(F.batch_norm(up[0].movedim(axis, 1), None, None, *up[1:], training=True)).movedim(1, axis)
+    torch.testing.assert_close(got[0].double(), want, **GPU_TOL[dtype])
+    dims = [k for k in range(len(shape)) if k != axis]
+    torch.testing.assert_close(got[1].double(), up[0].mean(dims), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[2].double(), up[0].var(dims, unbiased=False), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu

@@ -266,13 +266,15 @@ class _Net(torch.nn.Module):
         return self.fc(z.mean((2, 3)))
 
 
-@pytest.mark.parametrize("fusion", [False, True], ids=["plain", "fused"])
-def test_a_cnn_trains_through_the_backend_as_in_eager(fusion: bool) -> None:
+@pytest.mark.parametrize("fusion,bn_regions", [(False, False), (True, False), (True, True)],
+                         ids=["plain", "fused", "fused-batch-norm-regions"])
+def test_a_cnn_trains_through_the_backend_as_in_eager(fusion: bool, bn_regions: bool) -> None:
     torch.manual_seed(0)
     model = _Net().double()
     twin = copy.deepcopy(model)
     compiled = torch.compile(model, backend="opgraph", options={
-        "channels_last": True, "fusion": fusion, "triton_interpret": fusion, "warn_fallbacks": False})
+        "channels_last": True, "fusion": fusion, "triton_interpret": fusion, "warn_fallbacks": False,
+        "batch_norm_regions": bn_regions})
     opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
     for _ in range(2):
         x = torch.randn(2, 3, 8, 8, dtype=torch.float64)

@@ -12,6 +12,9 @@ decomposition needs are static; otherwise it is left for its own lowering.
 * ``softmax_cross_entropy(logits, labels)``: ``-sum(w * log_softmax(logits))`` over the class axis, with
   ``w`` the (smoothed) one-hot of class-index labels, written ``select(coordinate == label, ...)``, or the
   (smoothed) probability labels; one region over the logits' shape, then the batch ``reduce_mean``/``reduce_sum``.
+* ``batch_norm_training(x)`` (only with ``CompilationDescriptor(batch_norm_regions=True)``: the vendor kernel is
+  the default): two sums of ``x`` shifted by its first element per channel (one reduction region, a column
+  reduction for NHWC), then the normalisation, which joins the elementwise ops after it (the ReLU).
 
 16-bit inputs compute in float32 and round once at the end, as the ops' own lowerings do. A region grows from
 the producers of an op (``passes.fuse``), so a value that no op of the region produces (the class coordinates,
@@ -32,7 +35,8 @@ from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, OpDef
 from ..ops import elementwise as ew
-from ..ops import nn, norm, reduce, shape, unary
+from ..ops import nn, norm, reduce, shape, slicing, unary
+from ..ops.batch_norm import BATCH_NORM_TRAINING, BatchNormTrainingAttrs
 from ..ops.batch_norm_grad import stat_dtype
 from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
 from .builder import OpBuilder
@@ -198,16 +202,59 @@ def _cross_entropy(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tenso
     return [b.cast(total, logits.dtype, last=True)]
 
 
+# ---- batch_norm_training -----------------------------------------------------------------------------
+def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+    """(y, mean, biased variance) from two sums over every axis but the channel's, of ``x`` shifted by its first
+    element per channel (the shifted-data variance: a sum of squares about a sample, not about 0, cancels only
+    as much as the channel's spread; plain sums split across programs where a running variance cannot). The
+    sums are one column or row reduction region; the normalisation joins the elementwise ops after it."""
+    a: BatchNormTrainingAttrs = op.attrs
+    x, *params = ins
+    if not x.type.is_static or 0 in x.shape or not x.dtype.is_floating:
+        return None
+    sizes = tuple(d or 0 for d in x.shape)  # static: every d an int
+    rank = len(sizes)
+    axis = a.axis % rank
+    axes = tuple(k for k in range(rank) if k != axis)
+    n = math.prod(sizes[k] for k in axes)
+    ct = stat_dtype(x.dtype)
+    per_channel = tuple(sizes[axis] if k == axis else 1 for k in range(rank))
+    xc = b.cast(x, ct)
+    first = b.op(slicing.SLICE, [xc], slicing.SliceAttrs((0,) * rank, per_channel, (1,) * rank), part="shift")
+    d = b.op(ew.SUBTRACT, [xc, first], part="shifted")
+    kept = reduce.ReduceAttrs(axes, keepdims=True)
+    s1 = b.op(reduce.REDUCE_SUM, [d], kept, part="sum")
+    s2 = b.op(reduce.REDUCE_SUM, [b.op(ew.MULTIPLY, [d, d])], kept, part="sum_of_squares")
+    mean_d = b.op(ew.MULTIPLY, [s1, b.scalar(1.0 / n, ct)])
+    spread = b.op(ew.SUBTRACT, [b.op(ew.MULTIPLY, [s2, b.scalar(1.0 / n, ct)]), b.op(ew.MULTIPLY, [mean_d, mean_d])])
+    var = b.op(ew.MAXIMUM, [spread, b.scalar(0.0, ct)], part="variance")  # rounding may take it below 0
+    mean = b.op(ew.ADD, [first, mean_d], part="mean")
+    scale = b.op(unary.RSQRT, [b.op(ew.ADD, [var, b.scalar(a.epsilon, ct)])], part="rstd")
+    flags = iter(params)
+    gamma = next(flags) if a.has_gamma else None
+    beta = next(flags) if a.has_beta else None
+    if gamma is not None:
+        scale = b.op(ew.MULTIPLY, [scale, b.reshape(b.cast(gamma, ct), per_channel, part="gamma")])
+    y = b.op(ew.MULTIPLY, [b.op(ew.SUBTRACT, [xc, mean]), scale])
+    if beta is not None:
+        y = b.op(ew.ADD, [y, b.reshape(b.cast(beta, ct), per_channel, part="beta")])
+    c = (sizes[axis],)
+    return [b.cast(y, x.dtype, last=True), b.reshape(mean, c, part="batch_mean"),
+            b.reshape(var, c, part="batch_variance")]
+
+
 DECOMPOSITIONS: dict[OpDef, Decomposition] = {
     norm.GROUP_NORM: _group_norm,
     SOFTMAX_CROSS_ENTROPY: _cross_entropy,
+    BATCH_NORM_TRAINING: _batch_norm,
 }
 
 
-def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool] | None = None) -> Program:
+def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool] | None = None,
+                         batch_norm: bool = False) -> Program:
     """``program`` with each op of ``DECOMPOSITIONS`` that ``can_fuse`` refuses (all, without it) rewritten into
     ops the region generator writes; ops whose shapes do not allow it are kept. The program itself when
-    nothing is decomposed.
+    nothing is decomposed. ``batch_norm``: ``batch_norm_training`` too (else it keeps its vendor kernel).
 
     >>> import opgraph as og
     >>> from opgraph.passes.program import Program
@@ -219,7 +266,8 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
     >>> out.outputs[0].name
     'gn'
     """
-    chosen = [o for o in program.graph.ops if o.op in DECOMPOSITIONS and (can_fuse is None or not can_fuse(o))]
+    table = DECOMPOSITIONS if batch_norm else {k: v for k, v in DECOMPOSITIONS.items() if k is not BATCH_NORM_TRAINING}
+    chosen = [o for o in program.graph.ops if o.op in table and (can_fuse is None or not can_fuse(o))]
     if not chosen:
         return program
     ids = {id(o) for o in chosen}

@@ -53,6 +53,9 @@ class CompilationDescriptor:
     ``channels_last``: 2-D convolutions and the ops between them compute on NHWC tensors (``passes.layout``;
     cuDNN's fast kernels are NHWC). ``True``: on every device; ``None`` (default): on CUDA (a ResNet-50 training
     step on an H200 is 1.14x / 1.24x faster than in NCHW, float32 / bfloat16); ``False``: never.
+    ``batch_norm_regions``: with fusion, ``batch_norm_training`` is computed in generated kernels (its statistics
+    as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
+    vendor's batch-norm kernel (cuDNN) and a kernel per op after it. Off until measured faster.
     """
 
     optimization_level: int = 1
@@ -64,6 +67,7 @@ class CompilationDescriptor:
     triton_interpret: bool = False
     matmul_epilogues: bool = True
     channels_last: bool | None = None
+    batch_norm_regions: bool = False
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError
@@ -167,6 +171,7 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         from ..codegen.triton.fused import can_emit, can_fuse, reduced_axes
         from ..passes.fuse import fuse_regions
 
-        passes.append(Pass("fuse_regions", lambda p: fuse_regions(p, can_fuse, reduced_axes, can_emit)))
+        passes.append(Pass("fuse_regions", lambda p: fuse_regions(p, can_fuse, reduced_axes, can_emit,
+                                                                  batch_norm=descriptor.batch_norm_regions)))
     program = run_pipeline(program, passes, descriptor.verify_each_pass, log)
     return program, log

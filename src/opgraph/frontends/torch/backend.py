@@ -42,6 +42,7 @@ class TorchOptions:
     warn_fallbacks: bool = True
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
     channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
+    batch_norm_regions: bool = False  # batch norm in generated kernels, not cuDNN's (see the descriptor)
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
@@ -62,7 +63,7 @@ class TorchOptions:
         return CompilationDescriptor(optimization_level=self.optimization_level, check_indices=self.check_indices,
                                      cuda_graphs=self.cuda_graphs, fusion=self.fusion,
                                      triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues,
-                                     channels_last=self.channels_last)
+                                     channels_last=self.channels_last, batch_norm_regions=self.batch_norm_regions)
 
 
 @dataclass
