@@ -20,6 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import opgraph  # noqa: F401  (registers the backend when not installed)
 from opgraph.cli._bench_models import MODELS, WithLoss, make_data
+from opgraph.cli.bench import backend_option
 
 
 def breakdown(title: str, step: Callable[[], None], top: int) -> None:
@@ -84,8 +85,9 @@ def main() -> None:
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
     ap.add_argument("--channels-last", action="store_true",
                     help="model and images in channels-last memory format for every backend")
-    ap.add_argument("--nchw", action="store_true",
-                    help="opgraph with options channels_last=False (its default on CUDA: NHWC convolutions)")
+    ap.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
+                    help="an opgraph backend option, as opgraph bench takes it (e.g. channels_last=false, "
+                         "batch_norm_regions=true); repeatable")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -105,7 +107,7 @@ def main() -> None:
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",
-                                                                 "channels_last": False if args.nchw else None})
+                                                                 **dict(args.option)})
 
             def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
                      opt: torch.optim.Optimizer = opt) -> None:

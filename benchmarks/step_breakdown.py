@@ -18,6 +18,7 @@ import torch
 
 import opgraph  # noqa: F401  (registers the backend when not installed)
 from opgraph.cli._bench_models import MODELS, WithLoss, make_data
+from opgraph.cli.bench import backend_option
 from opgraph.frontends.torch import recording
 
 
@@ -40,8 +41,9 @@ def main() -> None:
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
     ap.add_argument("--channels-last", action="store_true",
                     help="model and images in channels-last memory format (4-d inputs only)")
-    ap.add_argument("--nchw", action="store_true",
-                    help="opgraph with options channels_last=False (its default on CUDA: NHWC convolutions)")
+    ap.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
+                    help="an opgraph backend option, as opgraph bench takes it (e.g. channels_last=false, "
+                         "batch_norm_regions=true); repeatable")
     args = ap.parse_args()
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
@@ -58,7 +60,7 @@ def main() -> None:
         module = WithLoss(model)
         fn = module if backend == "eager" else torch.compile(module) if backend == "inductor" else \
             torch.compile(module, backend="opgraph", options={"warn_fallbacks": False,
-                                                              "channels_last": False if args.nchw else None})
+                                                              **dict(args.option)})
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
         def forward(fn: Callable[..., torch.Tensor] = fn) -> torch.Tensor:

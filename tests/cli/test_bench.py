@@ -264,13 +264,13 @@ def test_a_cell_run_op_by_op_says_why() -> None:
 
 
 def test_backend_options_are_parsed_checked_and_passed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert bench._backend_option("channels_last=none") == ("channels_last", None)
-    assert bench._backend_option("fusion=False") == ("fusion", False)
-    assert bench._backend_option("optimization_level=0") == ("optimization_level", 0)
+    assert bench.backend_option("channels_last=none") == ("channels_last", None)
+    assert bench.backend_option("fusion=False") == ("fusion", False)
+    assert bench.backend_option("optimization_level=0") == ("optimization_level", 0)
     for bad, words in (("fusion", "KEY=VALUE"), ("no_such_option=1", "unknown options"),
                        ("fusion=maybe", "true, false, none or a number")):
         with pytest.raises(argparse.ArgumentTypeError, match=words):
-            bench._backend_option(bad)
+            bench.backend_option(bad)
     seen: list[Any] = []
 
     def fake(module: Any, backend: Any = None, options: Any = None) -> Any:

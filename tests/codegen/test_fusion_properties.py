@@ -210,7 +210,7 @@ def test_looped_kernels_never_reuse_a_loop_variable() -> None:
         y = x
         for k in range(length):
             y = g.sin(y) + float(k)
-        sums = [g.reduce_sum(y, [0, 2, 3]), g.reduce_sum(y * x, [0, 2, 3])]  # one loop each over (N, H, W)
+        sums = [g.reduce_sum(y, [0, 2, 3]), g.reduce_max(y * x, [0, 2, 3])]  # a loop each over (N, H, W)
         with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
             exe = g.compile({x: x.type}, sums, device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
             sources = [k.source or "" for k in exe.kernels() if k.op == "fused_region"]
@@ -221,4 +221,20 @@ def test_looped_kernels_never_reuse_a_loop_variable() -> None:
                         if isinstance(t, ast.Name)}
             assert not set(loops) & assigned, (length, source)
         two_loops += any(source.count("for ") >= 2 for source in sources)
-    assert two_loops >= 20  # most lengths fit one kernel with a loop per sum
+    assert two_loops >= 20  # most lengths fit one kernel with a loop per reduction
+
+
+def test_independent_sums_share_one_pass_over_the_rows() -> None:
+    # a batch norm's two sums (and its backward's): one loop reads x once; a sum of the first's statistics cannot
+    g = og.Graph()
+    x = g.placeholder((6, 3, 4, 5), og.float32)
+    d = x - 2.0
+    sums = [g.reduce_sum(d, [0, 2, 3]), g.reduce_mean(d * d, [0, 2, 3])]
+    with mock.patch.object(configs_module, "PERSISTENT_MAX", 1):
+        exe = g.compile({x: x.type}, sums, device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
+    (source,) = [k.source or "" for k in exe.kernels() if k.op == "fused_region"]
+    assert source.count("for ") == 1 and source.count("tl.load(in0") == 1, source
+    xv = torch.randn(6, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    got = exe.run([xv])
+    torch.testing.assert_close(got[0], (xv - 2.0).sum((0, 2, 3)))
+    torch.testing.assert_close(got[1], ((xv - 2.0) ** 2).mean((0, 2, 3)))

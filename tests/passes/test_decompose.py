@@ -1,6 +1,7 @@
 """Decompositions for fusion (``passes.decompose``): group_norm, softmax_cross_entropy and (on request)
-batch_norm_training become ops the region generator writes, one fused region each (plus the batch reduction of a reduced loss). Fused executables (Triton's
-interpreter) are checked against the unfused ones and against PyTorch (``F.group_norm``, ``F.cross_entropy``)."""
+batch_norm_training become ops the region generator writes, one fused region each (plus the batch reduction of
+a reduced loss; batch norm: two). Fused executables (Triton's interpreter) are checked against the unfused ones
+and against PyTorch (``F.group_norm``, ``F.cross_entropy``, ``F.batch_norm``)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ example:
   opgraph bench --only training --models resnet50 --option channels_last=true"""
 
 
-def _backend_option(text: str) -> tuple[str, Any]:
+def backend_option(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` as an opgraph backend option, checked against ``TorchOptions``."""
     from ..frontends.torch.backend import TorchOptions
 
@@ -129,7 +129,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG bar chart of the speed-ups vs eager")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--option", type=_backend_option, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
                    help="an opgraph backend option (a field of og.torch.TorchOptions; values true, false, none or "
                         "numbers), e.g. channels_last=true; repeatable")
     p.set_defaults(run=run)

@@ -23,10 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.dtype import bool_
 from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
+from ...ops import reduce as rd
 from . import indexing as ix
 from ._text import (
     INT_NEUTRAL,
@@ -413,6 +415,24 @@ class RegionEmitter:
         self.top.memo[memo_key] = ",".join(names)
         return names
 
+    def _sums_together(self) -> None:
+        """Sums and means of the region that read no other statistics share one pass: one loop over the rows
+        (a batch norm's two sums read x once, not twice), one barrier of a split row. The recipes then find
+        their statistics memoised."""
+        batch = [op for op in self.reductions if (op.op is rd.REDUCE_SUM and op.inputs[0].dtype is not bool_)
+                 or (op.op is rd.REDUCE_MEAN and op.inputs[0].dtype.is_floating)]
+        batch = [op for op in batch if not op.inputs[0].dtype.is_complex
+                 and not self._uses_statistics(op.inputs[0])][:WS_PARTS]
+        if len(batch) < 2 or not self.config.looped and self.config.split == 1:  # in registers: nothing to share
+            return
+        parts = [("sum", self._reader(op.inputs[0]), compute_type(op.inputs[0].dtype)) for op in batch]
+        names = self.stats(batch[0], "together", parts)
+        for op, name in zip(batch, names, strict=True):
+            self.top.memo[("stats", id(op), "sum")] = name
+
+    def _reader(self, t: Tensor) -> Callable[[Index], str]:
+        return lambda idx: self.value(t, idx)
+
     def _meet(self, partials: list[str], parts: list[tuple[str, Callable[[Index], str], str]]) -> list[str]:
         """The row's statistics from the partials of the programs sharing it (one barrier)."""
         tiles = self._exchange(partials)
@@ -677,6 +697,7 @@ class RegionEmitter:
                 self.emit(f"mask = xmask & (ri < {self.reduced_count()})")
                 self.rdep.add("mask")
                 self._set_domain_index("xi", "ri")
+            self._sums_together()
             for op in self.reductions:  # statistics first, in the top scope
                 REDUCTIONS[op.op].prepare(op, self)
             rows = [(j, t) for j, t in enumerate(self.outputs) if self.store_index(t)[2]]
