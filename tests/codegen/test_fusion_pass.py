@@ -50,6 +50,24 @@ def test_region_stops_where_an_outside_op_reads_it() -> None:
         torch.testing.assert_close(got, want)
 
 
+def test_an_outside_read_of_a_small_value_does_not_stop_the_region() -> None:
+    # a batch norm's per-channel mean read by the running-mean update: the ReLU after the normalisation still joins
+    g = og.Graph()
+    x = g.placeholder((64, 32), og.float32, name="x")
+    w = g.placeholder((32,), og.float32, name="w")
+    col = g.exp(w)
+    y = x * col
+    s = g.sort(col, axis=0)  # an opaque op reads the region's (32,) value, 64x smaller than its (64, 32) ones
+    z = g.relu(y)
+    feeds = {x: x.type, w: w.type}
+    fused = g.compile(feeds, [z, s], device="cpu", descriptor=FUSED)
+    plain = g.compile(feeds, [z, s], device="cpu", descriptor=PLAIN)
+    assert _names(fused).count("fused_region") == 1 and "relu" not in _names(fused), _names(fused)
+    xs = [torch.randn(64, 32), torch.randn(32)]
+    for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_fused_graph_prints_verifies_and_round_trips(tmp_path: Path) -> None:
     from opgraph.ir.serialize import save_graph
     from opgraph.passes.fuse import FUSED_REGION

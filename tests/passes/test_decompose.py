@@ -5,6 +5,7 @@ and against PyTorch (``F.group_norm``, ``F.cross_entropy``, ``F.batch_norm``).""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from unittest import mock
 
@@ -469,6 +470,26 @@ def test_batch_norm_training_step_through_the_decomposition() -> None:
             torch.rand(6, generator=gen, dtype=torch.float64) + 0.5, torch.randn(6, generator=gen, dtype=torch.float64)]
     for a, b in zip(fused.run(vals), plain.run(vals), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_batch_norm_and_relu_of_a_torch_model_are_two_regions() -> None:
+    """Through the backend: the running-statistics updates read the per-channel mean from the normalisation
+    region; that small read does not stop the ReLU after it from joining (``passes.fuse``)."""
+    from opgraph.frontends.torch import recording
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="opgraph", options={
+        "triton_interpret": True, "batch_norm_regions": True, "channels_last": True, "warn_fallbacks": False})
+    x = torch.randn(4, 3, 8, 8)
+    with recording() as reports:
+        got = fast(x)
+    torch.testing.assert_close(got, twin(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(model[1].running_var, twin[1].running_var, rtol=1e-5, atol=1e-6)
+    names = _names(reports[0].executable)
+    assert "batch_norm_training" not in names and "relu" not in names and names.count("fused_region") >= 2, names
 
 
 # ---- on CUDA: compiled kernels, rows in registers, walked in steps and split across programs ------------------

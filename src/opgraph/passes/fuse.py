@@ -8,9 +8,10 @@ knows nothing about Triton. Autodiff runs before fusion: the fused op has no gra
 Region formation walks the ops in order (rules from each op's ``FusionKind``). A fusable op joins the
 region of one of its producers when (1) the code generator accepts it, (2) no value of that region was
 already read by an op outside it (the fused op stands where the region's last op stood, so earlier
-outside readers would come first), (3) none of its other inputs depends on that region (a cycle), and
-(4) it fits the region's domain: all reductions of a region reduce the same input shape over the same
-axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
+outside readers would wait for it; a small value read, such as a batch norm's per-channel mean read by the
+running-mean update, is let wait, in programs without assigns), (3) none of its other inputs depends on
+that region (a cycle), and (4) it fits the region's domain: all reductions of a region reduce the same input
+shape over the same axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
 region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its readers first
 (recomputing it costs less than writing it and reading it back), and where a few arithmetic ops on a smaller
 value (a per-channel product) merge into a larger region and compute per element there. Views at a region's
@@ -18,7 +19,8 @@ end are left to PyTorch (free there), and a region needs two computing ops, or a
 norms), to be worth a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
-(group_norm, softmax_cross_entropy) are rewritten, so they fuse too (only here: with fusion on).
+(group_norm, softmax_cross_entropy, batch_norm_training on request) are rewritten, so they fuse too (only
+here: with fusion on).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..core.shape import numel
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor, infer_types
 from ..ir.opdef import FusionKind, OpDef, op_by_name
+from ..ir.sources import ASSIGN
 from ..ops import elementwise as ew
 from ..ops import unary as un
 from ..ops.registry import attrs
@@ -39,6 +42,7 @@ from .program import Program
 from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
+SMALL_READ_RATIO = 16  # a value read outside a region this many times smaller than its largest seals nothing
 MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
 # ... and only these, a few instructions each (no transcendental functions)
 _ARITHMETIC: frozenset[OpDef] = frozenset({
@@ -154,6 +158,15 @@ def _small_value(o: Operation, size: int) -> bool:
     return o.op.fusion in CHEAP and n is not None and n < size
 
 
+def _small_read(region: _Region, t: Tensor) -> bool:
+    """``t`` is much smaller than the region's values (a batch norm's per-channel mean, read by the running-mean
+    update): reading it outside does not seal the region, so the ops after it (the ReLU) still join. Ops that
+    read such a reader's results cannot join (``depends``), and the reader waits for the region's fused op."""
+    n = _numel(t)
+    largest = max((_numel(o.outputs[0]) or 0 for o in region.ops), default=0)
+    return n is not None and n * SMALL_READ_RATIO <= largest
+
+
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
                  can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
@@ -176,6 +189,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
+    # a reader left unsealing waits for the region's fused op, which may move it past a later op: not past a
+    # variable read when it leads to an assign (the read would see the new value)
+    reorderable = not any(o.op is ASSIGN for o in ops)
     for op in ops:
         deps = frozenset().union(*(depends.get(id(t), frozenset()) for t in op.inputs))
         if op.op.fusion in FUSABLE and len(op.outputs) == 1 and can_fuse(op):
@@ -206,9 +222,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 region.domain = (op.inputs[0].shape, reduced_axes(op))
             region_of[id(op)] = joined
             region.ops.append(op)
-        for t in op.inputs:  # an outside reader seals the region it reads from
+        for t in op.inputs:  # an outside reader seals the region it reads from, unless it reads a small value
             r = region_of.get(id(t.op))
-            if r is not None and r != region_of.get(id(op)):
+            if r is not None and r != region_of.get(id(op)) and not (reorderable and _small_read(regions[r], t)):
                 regions[r].sealed = True
         mine = frozenset({region_of[id(op)]}) if id(op) in region_of else frozenset()
         for t in op.outputs:
