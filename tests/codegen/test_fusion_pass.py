@@ -68,6 +68,43 @@ def test_an_outside_read_of_a_small_value_does_not_stop_the_region() -> None:
         torch.testing.assert_close(got, want)
 
 
+def test_a_region_read_outside_is_not_merged_into_the_readers_region() -> None:
+    # u's region, read outside only through a small slice, stays open; merging it into z's region (z reads the
+    # matmul of that slice) would make the merged kernel and the matmul wait for each other
+    g = og.Graph()
+    x, y = g.placeholder((64, 16), og.float32, name="x"), g.placeholder((64, 16), og.float32, name="y")
+    w = g.placeholder((16, 16), og.float32, name="w")
+    u = x * 2.0
+    product = g.matmul(g.slice(u, [0, 0], [1, 16], [1, 1]), w)
+    out = (g.exp(y) + product) * u
+    feeds = {x: x.type, y: y.type, w: w.type}
+    descriptor = og.CompilationDescriptor(triton_interpret=True, verify_each_pass=True, matmul_epilogues=False)
+    fused = g.compile(feeds, [out], device="cpu", descriptor=descriptor)
+    plain = g.compile(feeds, [out], device="cpu", descriptor=PLAIN)
+    xs = [torch.randn(64, 16), torch.randn(64, 16), torch.randn(16, 16)]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
+def test_a_merged_regions_outside_reader_still_counts_as_depending_on_it() -> None:
+    # a's region merges into b's at m; the matmul then reads a's small value: an op on the matmul's result cannot
+    # join b's region, which now holds a's ops (the dependency was recorded against a's old region)
+    g = og.Graph()
+    x, y = g.placeholder((64, 16), og.float32, name="x"), g.placeholder((64, 16), og.float32, name="y")
+    w = g.placeholder((16, 16), og.float32, name="w")
+    a = x * x
+    small = g.slice(a, [5, 0], [6, 16], [1, 1]) * 2.0
+    b = y * 3.0
+    m = b * a
+    product = g.matmul(small, w)
+    out = b * product + m
+    feeds = {x: x.type, y: y.type, w: w.type}
+    descriptor = og.CompilationDescriptor(triton_interpret=True, verify_each_pass=True, matmul_epilogues=False)
+    fused = g.compile(feeds, [out], device="cpu", descriptor=descriptor)
+    plain = g.compile(feeds, [out], device="cpu", descriptor=PLAIN)
+    xs = [torch.randn(64, 16), torch.randn(64, 16), torch.randn(16, 16)]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
 def test_fused_graph_prints_verifies_and_round_trips(tmp_path: Path) -> None:
     from opgraph.ir.serialize import save_graph
     from opgraph.passes.fuse import FUSED_REGION

@@ -59,6 +59,24 @@ def test_ops_that_synchronise_fall_back_to_op_by_op() -> None:
     assert fast.cuda_graph_status == "on"
 
 
+def test_a_failed_capture_leaves_earlier_graphs_on_the_default_generator() -> None:
+    # a graph of random numbers captured before: its replays advance the default generator's offset, so eager
+    # random numbers after it do not repeat its own (a fresh generator state would leave it advancing the old one)
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    noise, graph = torch.empty(4096, device="cuda"), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        noise.uniform_()
+    g = og.Graph()
+    x, i = g.placeholder((8,), og.float32), g.placeholder((3,), og.int64)
+    exe = g.compile({x: x.type, i: i.type}, [g.gather(x, i)], device="cuda")
+    exe.run([torch.arange(8.0, device="cuda"), torch.tensor([7, 0, -1], device="cuda")])
+    assert exe.cuda_graph_status.startswith("off: capture failed")
+    before = generator.get_offset()
+    graph.replay()
+    assert generator.get_offset() > before
+    torch.randn(4, device="cuda")
+
+
 def _training_step(descriptor: og.CompilationDescriptor) -> og.Executable:
     g = og.Graph()
     xs = g.placeholder((16, 1, 8, 8), og.float32, name="x")

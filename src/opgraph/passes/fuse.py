@@ -98,6 +98,7 @@ class _Region:
         self.ops: list[Operation] = []
         self.domain: tuple[Any, tuple[int, ...]] | None = None  # (shape, reduced axes) once a reduction joins
         self.sealed = False
+        self.read_outside = False  # an op outside read one of its values (a small one leaves it unsealed)
 
 
 def _fits(shape: tuple[Any, ...], domain: tuple[Any, ...]) -> bool:
@@ -132,7 +133,7 @@ def _mergeable(into: _Region, other: _Region, op: Operation) -> bool:
     value of that shape is computed once per element; up to ``MAX_RECOMPUTED_SMALL_OPS`` arithmetic ops on a
     smaller one, such as a per-channel product expanded for broadcasting, are recomputed where it is read, which
     costs less than a kernel of their own; views of smaller values on the way there are index rules)."""
-    if other.sealed or not other.ops or other.domain is not None or \
+    if other.sealed or other.read_outside or not other.ops or other.domain is not None or \
             len(into.ops) + len(other.ops) >= MAX_REGION_OPS:
         return False
     size = _numel(op.outputs[0])
@@ -156,6 +157,16 @@ def _small_value(o: Operation, size: int) -> bool:
     so it need not fit the region's domain itself."""
     n = _numel(o.outputs[0])
     return o.op.fusion in CHEAP and n is not None and n < size
+
+
+def _current(regions: frozenset[int], merged_into: dict[int, int]) -> set[int]:
+    """``regions`` with each merged region followed to the region that holds its ops now."""
+    out = set()
+    for r in regions:
+        while r in merged_into:
+            r = merged_into[r]
+        out.add(r)
+    return out
 
 
 def _small_read(region: _Region, t: Tensor) -> bool:
@@ -189,6 +200,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
+    merged_into: dict[int, int] = {}  # a merged region -> the one that took its ops (``depends`` names the former)
     # a reader left unsealing waits for the region's fused op, which may move it past a later op: not past a
     # variable read when it leads to an assign (the read would see the new value)
     reorderable = not any(o.op is ASSIGN for o in ops)
@@ -201,7 +213,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 if r is None or not _joinable(regions[r], op, reduced_axes):
                     continue
                 others = [u for u in op.inputs if region_of.get(id(u.op)) != r]
-                if all(r not in depends.get(id(u), frozenset()) for u in others):
+                if all(r not in _current(depends.get(id(u), frozenset()), merged_into) for u in others):
                     joined = r
                     break
             if joined is None:
@@ -216,6 +228,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                         merged = regions[joined].ops + regions[r2].ops
                         regions[joined].ops = sorted(merged, key=lambda o: position[id(o)])
                         regions[r2] = _Region()
+                        merged_into[r2] = joined
                         regions[r2].sealed = True
             region = regions[joined]
             if op.op.fusion is FusionKind.REDUCTION and region.domain is None:
@@ -224,8 +237,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
             region.ops.append(op)
         for t in op.inputs:  # an outside reader seals the region it reads from, unless it reads a small value
             r = region_of.get(id(t.op))
-            if r is not None and r != region_of.get(id(op)) and not (reorderable and _small_read(regions[r], t)):
-                regions[r].sealed = True
+            if r is not None and r != region_of.get(id(op)):
+                regions[r].read_outside = True  # never merged into another region: the reader would depend on it
+                regions[r].sealed |= not (reorderable and _small_read(regions[r], t))
         mine = frozenset({region_of[id(op)]}) if id(op) in region_of else frozenset()
         for t in op.outputs:
             depends[id(t)] = deps | mine

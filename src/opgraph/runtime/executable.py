@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -471,10 +472,16 @@ class CapturedRun:
 def _end_generator_capture(device: torch.device) -> None:
     """A capture that fails (an op synchronising with the host) ends without the default generator's capture
     epilogue, leaving it "capturing": every later CUDA random op would raise ("Offset increment outside graph
-    capture"). Giving it a fresh copy of its state (seed and offset kept) ends that."""
-    generator = torch.cuda.default_generators[device.index if device.index is not None else 0]
-    if hasattr(generator, "clone_state") and hasattr(generator, "graphsafe_set_state"):
-        generator.graphsafe_set_state(generator.clone_state())
+    capture"). An empty capture runs the prologue and epilogue again on the same generator state (a fresh state
+    would leave graphs captured before advancing the old one)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "The CUDA Graph is empty": nothing was meant to be recorded
+        try:
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                pass
+        except RuntimeError:  # cleanup on the way to the original error, which the caller reports
+            pass
 
 
 _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # None: outputs are always copied
