@@ -194,6 +194,12 @@ class RegionKernel:
         self._launches[shapes] = launch
         return launch
 
+    def _may_write(self, j: int, given: torch.Tensor, inputs: Sequence[torch.Tensor]) -> bool:
+        """Output ``j`` may go into ``given``: every input in its memory is one this configuration reads only where
+        it writes output ``j`` (the planner chose the pair for the default configuration; tuning may pick
+        another)."""
+        return all((i, j) in self.inplace_ok for i, x in enumerate(inputs) if _shares(x, given))
+
     def __call__(self, *inputs: torch.Tensor, out: Sequence[torch.Tensor | None] | None = None,
                  device: torch.device | None = None) -> list[torch.Tensor]:
         if len(inputs) != len(self.in_types):
@@ -218,6 +224,8 @@ class RegionKernel:
         outs = []
         for j, (shape, t) in enumerate(zip(launch.out_shapes, self.out_types, strict=True)):
             given = out[j] if out is not None else None
+            if given is not None and not self._may_write(j, given, inputs):
+                given = None  # a tuned or strided variant reads that input elsewhere: a buffer of its own
             if given is not None and (tuple(given.shape) != shape or not given.is_contiguous()):
                 raise ExecutionError(f"out buffer {j}: expected a contiguous tensor of shape {shape}, got shape "
                                      f"{tuple(given.shape)} with strides {given.stride()}")
@@ -229,6 +237,10 @@ class RegionKernel:
             extra = self._workspace(launch.grid[0] // cfg.split, dev) if cfg.split > 1 else ()
             self.fn[launch.grid](*inputs, *outs, *extra, *launch.ints, *strides, num_warps=cfg.num_warps, **blocks)
         return outs
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
