@@ -54,16 +54,16 @@ def test_an_outside_read_of_a_small_value_does_not_stop_the_region() -> None:
     # a batch norm's per-channel mean read by the running-mean update: the ReLU after the normalisation still joins
     g = og.Graph()
     x = g.placeholder((64, 32), og.float32, name="x")
-    w = g.placeholder((32,), og.float32, name="w")
+    w, running = g.placeholder((32,), og.float32, name="w"), g.placeholder((32,), og.float32, name="running")
     col = g.exp(w)
     y = x * col
-    s = g.sort(col, axis=0)  # an opaque op reads the region's (32,) value, 64x smaller than its (64, 32) ones
+    s = running * 0.9 + col  # another region reads the (32,) value, 64x smaller than the (64, 32) ones
     z = g.relu(y)
-    feeds = {x: x.type, w: w.type}
+    feeds = {x: x.type, w: w.type, running: running.type}
     fused = g.compile(feeds, [z, s], device="cpu", descriptor=FUSED)
     plain = g.compile(feeds, [z, s], device="cpu", descriptor=PLAIN)
-    assert _names(fused).count("fused_region") == 1 and "relu" not in _names(fused), _names(fused)
-    xs = [torch.randn(64, 32), torch.randn(32)]
+    assert _names(fused).count("fused_region") == 2 and "relu" not in _names(fused), _names(fused)
+    xs = [torch.randn(64, 32), torch.randn(32), torch.randn(32)]
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got, want)
 

@@ -201,8 +201,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
     merged_into: dict[int, int] = {}  # a merged region -> the one that took its ops (``depends`` names the former)
-    # a reader left unsealing waits for the region's fused op, which may move it past a later op: not past a
-    # variable read when it leads to an assign (the read would see the new value)
+    # a reader left unsealing waits for the region's fused op, which may move it past a later op: only pure
+    # fusable readers (no opaque op, whose order may matter: random numbers), and not in programs with assigns
+    # (a variable's reader moved past its assign would see the new value)
     reorderable = not any(o.op is ASSIGN for o in ops)
     for op in ops:
         deps = frozenset().union(*(depends.get(id(t), frozenset()) for t in op.inputs))
@@ -239,7 +240,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
             r = region_of.get(id(t.op))
             if r is not None and r != region_of.get(id(op)):
                 regions[r].read_outside = True  # never merged into another region: the reader would depend on it
-                regions[r].sealed |= not (reorderable and _small_read(regions[r], t))
+                regions[r].sealed |= not (reorderable and op.op.fusion in FUSABLE and _small_read(regions[r], t))
         mine = frozenset({region_of[id(op)]}) if id(op) in region_of else frozenset()
         for t in op.outputs:
             depends[id(t)] = deps | mine
