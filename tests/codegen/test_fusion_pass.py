@@ -105,6 +105,20 @@ def test_a_merged_regions_outside_reader_still_counts_as_depending_on_it() -> No
     torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
 
 
+@pytest.mark.parametrize("rows,regions", [(32, 1), (256, 2)])
+def test_values_from_long_column_statistics_start_a_region(rows: int, regions: int) -> None:
+    # centred columns: 32 rows stay in registers (one kernel); 256 are split across programs on a GPU, which
+    # cannot go on to the centred values, so those are a second kernel (not one program per column tile)
+    g = og.Graph()
+    x = g.placeholder((rows, 16), og.float32, name="x")
+    y = g.relu(x - g.reduce_mean(x * 2.0, 0, keepdims=True))
+    fused = g.compile({x: x.type}, [y], device="cpu", descriptor=FUSED)
+    plain = g.compile({x: x.type}, [y], device="cpu", descriptor=PLAIN)
+    assert _names(fused).count("fused_region") == regions, _names(fused)
+    xs = [torch.randn(rows, 16)]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
 def test_fused_graph_prints_verifies_and_round_trips(tmp_path: Path) -> None:
     from opgraph.ir.serialize import save_graph
     from opgraph.passes.fuse import FUSED_REGION

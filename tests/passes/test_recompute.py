@@ -91,6 +91,8 @@ def test_a_program_output_is_not_copied() -> None:
     r = g.reduce_sum(e, [0], keepdims=True)  # a column sum: its use cannot share its region
     assert _copies(_program(g, [x], [e * r])) == ["e.r", "e.r2"]  # read by the reduction and by its use
     assert _copies(_program(g, [x], [e * r, e])) == []  # stored anyway: its readers read it back
+    # returned as a view (a channels-last graph's NCHW transpose of an NHWC value): stored anyway too
+    assert _copies(_program(g, [x], [e * r, g.transpose(g.reshape(e, (4, 16)), [1, 0])])) == []
 
 
 def test_a_row_reduction_and_its_use_keep_one_region() -> None:

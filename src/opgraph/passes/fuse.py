@@ -11,10 +11,11 @@ already read by an op outside it (the fused op stands where the region's last op
 outside readers would wait for it; a small value read, such as a batch norm's per-channel mean read by the
 running-mean update, is let wait, in programs without assigns), (3) none of its other inputs depends on
 that region (a cycle), and (4) it fits the region's domain: all reductions of a region reduce the same input
-shape over the same axes, and every other value broadcasts into that shape (prologues and epilogues). Each op is in one
-region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its readers first
-(recomputing it costs less than writing it and reading it back), and where a few arithmetic ops on a smaller
-value (a per-channel product) merge into a larger region and compute per element there. Views at a region's
+shape over the same axes, and every other value broadcasts into that shape (prologues and epilogues); a
+full-size value computed from a long column reduction's statistics starts a region of its own (``_column``).
+Each op is in one region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its
+readers first (recomputing it costs less than writing it and reading it back), and where a few arithmetic ops on
+a smaller value (a per-channel product) merge into a larger region and compute per element there. Views at a region's
 end are left to PyTorch (free there), and a region needs two computing ops, or a normalisation (softmax,
 norms), to be worth a kernel.
 
@@ -42,6 +43,7 @@ from .program import Program
 from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
+SHORT_COLUMN = 64  # a column reduction this short keeps its columns in registers (codegen's configs): one region
 SMALL_READ_RATIO = 16  # a value read outside a region this many times smaller than its largest seals nothing
 MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
 # ... and only these, a few instructions each (no transcendental functions)
@@ -99,6 +101,7 @@ class _Region:
         self.domain: tuple[Any, tuple[int, ...]] | None = None  # (shape, reduced axes) once a reduction joins
         self.sealed = False
         self.read_outside = False  # an op outside read one of its values (a small one leaves it unsealed)
+        self.derived: set[int] = set()  # its reductions' results and the values computed from them
 
 
 def _fits(shape: tuple[Any, ...], domain: tuple[Any, ...]) -> bool:
@@ -119,7 +122,28 @@ def _joinable(region: _Region, op: Operation, reduction: Callable[[Operation], t
             return region.domain == sig
         size = math.prod(int(d or 0) for d in sig[0])
         return all(_fits(o.outputs[0].shape, sig[0]) or _small_value(o, size) for o in region.ops)
-    return region.domain is None or _fits(op.outputs[0].shape, region.domain[0])
+    if region.domain is None:
+        return True
+    shape, axes = region.domain
+    return _fits(op.outputs[0].shape, shape) and not (_column(shape, axes) and _full(op, shape)
+                                                      and any(id(t) in region.derived for t in op.inputs))
+
+
+def _column(shape: tuple[Any, ...], axes: tuple[int, ...]) -> bool:
+    """A long column reduction (reduced axes not a suffix, more than ``SHORT_COLUMN`` elements: batch norm's
+    (N, H, W) of NHWC): its statistics are fastest split across programs, which then cannot go on to the values
+    computed from them (a barrier would be needed), so those start a region of their own; kept in one region
+    they would run in one program per column tile, walking every row twice. The traffic is the same either way."""
+    if sorted(axes) == list(range(len(shape) - len(axes), len(shape))):
+        return False
+    n = numel(tuple(shape[a] for a in axes))
+    return n is None or n > SHORT_COLUMN
+
+
+def _full(op: Operation, shape: tuple[Any, ...]) -> bool:
+    """``op``'s result has the domain's size: one value per element, not per kept index."""
+    n, domain = _numel(op.outputs[0]), numel(shape)
+    return n is not None and n == domain
 
 
 def _numel(t: Tensor) -> int | None:
@@ -236,6 +260,8 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 region.domain = (op.inputs[0].shape, reduced_axes(op))
             region_of[id(op)] = joined
             region.ops.append(op)
+            if op.op.fusion is FusionKind.REDUCTION or any(id(t) in region.derived for t in op.inputs):
+                region.derived.add(id(op.outputs[0]))
         for t in op.inputs:  # an outside reader seals the region it reads from, unless it reads a small value
             r = region_of.get(id(t.op))
             if r is not None and r != region_of.get(id(op)):

@@ -24,12 +24,14 @@ from collections.abc import Callable
 from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind
+from ..ops import shape
 from .builder import fresh_name
 from .dce import dead_code_elimination
 from .program import Program, copy_op, rewrite
 
 CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
 FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
+_VIEWS = frozenset({shape.TRANSPOSE, shape.RESHAPE, shape.EXPAND_DIMS, shape.SQUEEZE})  # outputs read through
 _MAX_PAIRS_READERS = 8  # readers whose pairs are searched for a link
 _LINK_DEPTH = 12  # ops followed from one reader to another (batch-norm's gradient links within about 8)
 
@@ -83,13 +85,26 @@ def _linked(rs: list[Operation], copies: bool, original: dict[int, list[Operatio
     return any(a is not b and _reaches(a, b, original, reduced_axes) for a in rs for b in rs)
 
 
+def _outputs_through_views(program: Program) -> set[int]:
+    """The program's outputs and the values they view (a channels-last graph returns NCHW transposes of its NHWC
+    values): those are written anyway, so copying their producer into readers would compute them twice."""
+    out: set[int] = set()
+    for t in program.outputs:
+        while id(t) not in out:
+            out.add(id(t))
+            if t.op.op not in _VIEWS or len(t.op.inputs) != 1:
+                break
+            t = t.op.inputs[0]
+    return out
+
+
 def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], bool],
                               reduced_axes: Callable[[Operation], tuple[int, ...]]) -> Program:
     """``program`` with each cheap producer that several fusable ops read copied into every reader (see the
     module docstring); ``can_fuse(op)``: the code generator can write the op; ``reduced_axes(op)``: the input
     axes a reduction op reduces."""
     ops = program.graph.ops
-    outputs = {id(t) for t in program.outputs}
+    outputs = _outputs_through_views(program)
     original: dict[int, list[Operation]] = {}  # id(op) -> the distinct ops reading its output
     for op in ops:
         for producer in {id(t.op): t.op for t in op.inputs}.values():
