@@ -183,16 +183,6 @@ def _small_value(o: Operation, size: int) -> bool:
     return o.op.fusion in CHEAP and n is not None and n < size
 
 
-def _current(regions: frozenset[int], merged_into: dict[int, int]) -> set[int]:
-    """``regions`` with each merged region followed to the region that holds its ops now."""
-    out = set()
-    for r in regions:
-        while r in merged_into:
-            r = merged_into[r]
-        out.add(r)
-    return out
-
-
 def _small_read(region: _Region, t: Tensor) -> bool:
     """``t`` is much smaller than the region's values (a batch norm's per-channel mean, read by the running-mean
     update): reading it outside does not seal the region, so the ops after it (the ReLU) still join. Ops that
@@ -224,7 +214,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
-    merged_into: dict[int, int] = {}  # a merged region -> the one that took its ops (``depends`` names the former)
+    absorbed: dict[int, set[int]] = {}  # a region -> the regions merged into it (``depends`` may name those)
     # a reader left unsealing waits for the region's fused op, which may move it past a later op: only pure
     # fusable readers (no opaque op, whose order may matter: random numbers), and not in programs with assigns
     # (a variable's reader moved past its assign would see the new value)
@@ -238,7 +228,8 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 if r is None or not _joinable(regions[r], op, reduced_axes):
                     continue
                 others = [u for u in op.inputs if region_of.get(id(u.op)) != r]
-                if all(r not in _current(depends.get(id(u), frozenset()), merged_into) for u in others):
+                held = absorbed.get(r, set())  # dependencies recorded before a merge name the merged region
+                if all(r not in (d := depends.get(id(u), frozenset())) and held.isdisjoint(d) for u in others):
                     joined = r
                     break
             if joined is None:
@@ -253,7 +244,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                         merged = regions[joined].ops + regions[r2].ops
                         regions[joined].ops = sorted(merged, key=lambda o: position[id(o)])
                         regions[r2] = _Region()
-                        merged_into[r2] = joined
+                        absorbed.setdefault(joined, set()).update({r2}, absorbed.pop(r2, set()))
                         regions[r2].sealed = True
             region = regions[joined]
             if op.op.fusion is FusionKind.REDUCTION and region.domain is None:
