@@ -68,6 +68,16 @@ def test_an_outside_read_of_a_small_value_does_not_stop_the_region() -> None:
         torch.testing.assert_close(got, want)
 
 
+def _matches_unfused(g: og.Graph, feeds: list[og.Tensor], out: og.Tensor) -> None:
+    """Compiles (region formation leaves no op unplaced) and computes what the unfused executable does."""
+    types = {t: t.type for t in feeds}
+    descriptor = og.CompilationDescriptor(triton_interpret=True, verify_each_pass=True, matmul_epilogues=False)
+    fused = g.compile(types, [out], device="cpu", descriptor=descriptor)
+    plain = g.compile(types, [out], device="cpu", descriptor=PLAIN)
+    xs = [torch.randn(t.shape) for t in feeds]  # type: ignore[arg-type]
+    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+
+
 def test_a_region_read_outside_is_not_merged_into_the_readers_region() -> None:
     # u's region, read outside only through a small slice, stays open; merging it into z's region (z reads the
     # matmul of that slice) would make the merged kernel and the matmul wait for each other
@@ -77,12 +87,7 @@ def test_a_region_read_outside_is_not_merged_into_the_readers_region() -> None:
     u = x * 2.0
     product = g.matmul(g.slice(u, [0, 0], [1, 16], [1, 1]), w)
     out = (g.exp(y) + product) * u
-    feeds = {x: x.type, y: y.type, w: w.type}
-    descriptor = og.CompilationDescriptor(triton_interpret=True, verify_each_pass=True, matmul_epilogues=False)
-    fused = g.compile(feeds, [out], device="cpu", descriptor=descriptor)
-    plain = g.compile(feeds, [out], device="cpu", descriptor=PLAIN)
-    xs = [torch.randn(64, 16), torch.randn(64, 16), torch.randn(16, 16)]
-    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+    _matches_unfused(g, [x, y, w], out)
 
 
 def test_a_merged_regions_outside_reader_still_counts_as_depending_on_it() -> None:
@@ -97,12 +102,7 @@ def test_a_merged_regions_outside_reader_still_counts_as_depending_on_it() -> No
     m = b * a
     product = g.matmul(small, w)
     out = b * product + m
-    feeds = {x: x.type, y: y.type, w: w.type}
-    descriptor = og.CompilationDescriptor(triton_interpret=True, verify_each_pass=True, matmul_epilogues=False)
-    fused = g.compile(feeds, [out], device="cpu", descriptor=descriptor)
-    plain = g.compile(feeds, [out], device="cpu", descriptor=PLAIN)
-    xs = [torch.randn(64, 16), torch.randn(64, 16), torch.randn(16, 16)]
-    torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
+    _matches_unfused(g, [x, y, w], out)
 
 
 @pytest.mark.parametrize("rows,regions", [(32, 1), (256, 2)])
