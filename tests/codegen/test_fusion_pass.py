@@ -119,6 +119,22 @@ def test_values_from_long_column_statistics_start_a_region(rows: int, regions: i
     torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0])
 
 
+def test_a_small_update_of_statistics_joins_their_region() -> None:
+    # a running-mean update: running * 0.9 starts a region of its own, the add reading the statistics joins the
+    # reduction's region instead and takes that small one along (one kernel, not two)
+    g = og.Graph()
+    x = g.placeholder((256, 16), og.float32, name="x")
+    running = g.placeholder((1, 16), og.float32, name="running")
+    stats = g.reduce_sum(x * 2.0, 0, keepdims=True)
+    update = running * 0.9 + stats * 0.1
+    fused = g.compile({x: x.type, running: running.type}, [stats, update], device="cpu", descriptor=FUSED)
+    plain = g.compile({x: x.type, running: running.type}, [stats, update], device="cpu", descriptor=PLAIN)
+    assert _names(fused).count("fused_region") == 1, _names(fused)
+    xs = [torch.randn(256, 16), torch.randn(1, 16)]
+    for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
+        torch.testing.assert_close(got, want)
+
+
 def test_fused_graph_prints_verifies_and_round_trips(tmp_path: Path) -> None:
     from opgraph.ir.serialize import save_graph
     from opgraph.passes.fuse import FUSED_REGION

@@ -183,6 +183,10 @@ def _small_value(o: Operation, size: int) -> bool:
     return o.op.fusion in CHEAP and n is not None and n < size
 
 
+def _without_reduction(regions: list[_Region], r: int | None) -> bool:
+    return r is None or regions[r].domain is None
+
+
 def _small_read(region: _Region, t: Tensor) -> bool:
     """``t`` is much smaller than the region's values (a batch norm's per-channel mean, read by the running-mean
     update): reading it outside does not seal the region, so the ops after it (the ReLU) still join. Ops that
@@ -223,7 +227,9 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
         deps = frozenset().union(*(depends.get(id(t), frozenset()) for t in op.inputs))
         if op.op.fusion in FUSABLE and len(op.outputs) == 1 and can_fuse(op):
             joined = None
-            for t in op.inputs:
+            # a region with a reduction first: the small regions of the other inputs can merge into it, not it
+            # into them (a running-statistics update joins its batch norm's statistics)
+            for t in sorted(op.inputs, key=lambda u: _without_reduction(regions, region_of.get(id(u.op)))):
                 r = region_of.get(id(t.op))
                 if r is None or not _joinable(regions[r], op, reduced_axes):
                     continue
