@@ -1,8 +1,7 @@
 """Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch
 and Inductor: torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph
 bench``). ``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input
-shapes and the innermost opgraph source line that called them) behind the kernels, to trace them to the graph
-ops that launch them.
+shapes) behind the kernels, to trace them to the graph ops that launch them.
 
     python benchmarks/profile_backend.py --models resnet50:64,bert:32 --backends eager,inductor,opgraph
 """
@@ -13,7 +12,6 @@ import argparse
 import collections
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -47,8 +45,7 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
-                 with_stack=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -56,24 +53,16 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
     def device_us(e: object) -> float:  # the attribute's name changed across PyTorch versions
         return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
 
-    def caller(e: Any) -> str:  # the innermost opgraph frame above the op: the lowering that called it
-        while e is not None:
-            frames = [f for f in getattr(e, "stack", None) or [] if "opgraph/" in f]
-            if frames:
-                return frames[0].split("opgraph/")[-1][:48]
-            e = e.cpu_parent
-        return "-"
-
-    total: collections.Counter[tuple[str, str, str]] = collections.Counter()
-    count: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    total: collections.Counter[tuple[str, str]] = collections.Counter()
+    count: collections.Counter[tuple[str, str]] = collections.Counter()
     for e in prof.events():
         if e.name.startswith("aten::") and device_us(e):
-            key = (e.name, str(e.input_shapes)[:56], caller(e))
+            key = (e.name, str(e.input_shapes)[:70])
             total[key] += device_us(e) / 3
             count[key] += 1
-    print(f"== {title}: ATen ops by device time/step (CUDA graphs off), with the opgraph line calling them")
+    print(f"== {title}: ATen ops by device time/step (CUDA graphs off)")
     for key, us in total.most_common(top):
-        print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:24s} {key[1]:56s} {key[2]}")
+        print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:28s} {key[1]}")
 
 
 def main() -> None:

@@ -419,10 +419,12 @@ class RegionEmitter:
         """Sums and means of the region that read no other statistics share one pass: one loop over the rows
         (a batch norm's two sums read x once, not twice), one barrier of a split row. The recipes then find
         their statistics memoised."""
-        batch = [op for op in self.reductions if (op.op is rd.REDUCE_SUM and op.inputs[0].dtype is not bool_)
-                 or (op.op is rd.REDUCE_MEAN and op.inputs[0].dtype.is_floating)]
-        batch = [op for op in batch if not op.inputs[0].dtype.is_complex
-                 and not self._uses_statistics(op.inputs[0])][:WS_PARTS]
+        def plain(op: Operation) -> bool:  # the dtypes the sum and mean recipes accept
+            dt = op.inputs[0].dtype
+            kinds = {rd.REDUCE_SUM: dt is not bool_, rd.REDUCE_MEAN: dt.is_floating}
+            return kinds.get(op.op, False) and not dt.is_complex and not self._uses_statistics(op.inputs[0])
+
+        batch = [op for op in self.reductions if plain(op)][:WS_PARTS]
         if len(batch) < 2 or not self.config.looped and self.config.split == 1:  # in registers: nothing to share
             return
         parts = [("sum", self._reader(op.inputs[0]), compute_type(op.inputs[0].dtype)) for op in batch]
