@@ -102,7 +102,9 @@ def test_offered_when_column_tiles_are_few() -> None:
     def splits(rows: int, cols: int) -> list[tuple[int, int, int]]:
         return [(c.xblock, c.rblock, c.split) for c in _column_sum_configs(rows, cols) if c.split > 1]
 
-    assert splits(4096, 768) == [(32, 32, 16), (16, 64, 8)]  # 24 or 48 tiles on 132 SMs
+    # 12 tiles of 64 (24 of 32) on 132 SMs: up to eight programs a multiprocessor, or two; each part walks at
+    # least four row blocks (4096 rows cap 64-row blocks at 16 parts)
+    assert splits(4096, 768) == [(64, 32, 32), (64, 64, 16), (32, 32, 32), (32, 32, 8)]
     assert splits(64, 768) == []  # too few rows to split
     assert splits(4096, 64 * 132) == []  # tiles enough
 

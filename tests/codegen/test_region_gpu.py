@@ -106,13 +106,13 @@ def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None
     kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=rblock, num_warps=4, split=split))
     barriers = 2 if "softmax" in case else 1  # max, then sums; moments meet at one
     assert kernel.source.count("atomic_add(cnt") == barriers + 1, kernel.source  # and the reset count
-    xv = torch.randn(rows, width, device="cuda")
+    xv = torch.randn(rows, width, generator=torch.Generator().manual_seed(split)).cuda()
     xv[1, 123] = float("nan")
     xv[2, :rblock] = float("-inf")
     xv[3] = float("-inf")
     xv[4] += 1e4
     xv[5, -7:] = 30.0
-    wv = torch.randn(width, device="cuda")
+    wv = torch.randn(width, generator=torch.Generator().manual_seed(split + 1)).cuda()
     args = [xv if t is x else wv if t is w else t.op.payload.cuda() for t in ins]
     plain = g.compile({x: x.type, w: w.type}, [y], device="cuda", descriptor=PLAIN)
     g64 = og.Graph()  # the oracle: the same ops unfused in float64
@@ -127,9 +127,13 @@ def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None
     def row_error(t: torch.Tensor) -> torch.Tensor:
         return torch.where(finite, (t - truth).abs(), 0.0).amax(dim=-1)
 
-    # per row, the fused rounding error stays within a few times the unfused float32 result's (the offset row
-    # loses digits to cancellation in both)
-    assert (row_error(got) <= 4 * row_error(want) + 1e-4).all(), (row_error(got), row_error(want))
+    # per row, the fused rounding error stays within a few times the unfused float32 result's, or within the
+    # digits that cancellation costs (float32 epsilon x |mean| / spread: the offset row loses them in both;
+    # the unfused error there is sometimes luckily small)
+    spread = torch.where(xv.isfinite(), xv, 0.0).double()
+    lost = (torch.finfo(torch.float32).eps * spread.mean(-1).abs() / spread.std(-1)).nan_to_num(0.0)
+    bound = torch.maximum(4 * row_error(want), 8 * lost) + 1e-4
+    assert (row_error(got) <= bound).all(), (row_error(got), row_error(want), bound)
 
 
 INJECTIVE: dict[str, Callable[..., og.Tensor]] = {

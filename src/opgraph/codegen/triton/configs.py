@@ -61,12 +61,14 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             out += [Config(reduction=True, xblock=16, rblock=128, looped=True, num_warps=4),
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
             if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
-                splits = []
-                for xblock, rblock in ((32, 32), (16, 64)):
-                    split = _column_split(kept, xblock, rnumel, rblock, sms)
-                    if split > 1:
-                        splits.append(Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4,
-                                             split=split))
+                splits: list[Config] = []
+                # about eight programs a multiprocessor on 64-column tiles won the NHWC batch-norm sums (statistics
+                # and the backward's) on the H200 in float32 and bfloat16; two a multiprocessor before
+                for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (32, 32, 8), (32, 32, 2)):
+                    split = _column_split(kept, xblock, rnumel, rblock, per_sm * sms)
+                    cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
+                    if split > 1 and cfg not in splits:
+                        splits.append(cfg)
                 # a few programs walking very long columns (NHWC batch-norm statistics): split is the default too
                 first = splits[:1] if splits and -(-kept // out[0].xblock) * 8 <= sms else []
                 out = first + out + splits[1:] if first else out + splits
@@ -98,12 +100,12 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
     return out
 
 
-def _column_split(kept: int, xblock: int, rows: int, rblock: int, sms: int) -> int:
-    """Parts (a power of two) to split each column tile's rows into: about two programs per multiprocessor, each
-    walking at least four row blocks."""
+def _column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
+    """Parts (a power of two) to split each column tile's rows into: at most ``programs`` programs, each walking at
+    least four row blocks."""
     tiles = -(-kept // xblock)
     split = 1
-    while tiles * split < 2 * sms and rows >= split * 2 * 4 * rblock:
+    while tiles * split * 2 <= programs and rows >= split * 2 * 4 * rblock:
         split *= 2
     return split
 

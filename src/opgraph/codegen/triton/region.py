@@ -645,7 +645,13 @@ class RegionEmitter:
         base = self.scope.mask if (r_dep or not self.config.reduction) else "xmask"
         offset = self._fit(offset, r_dep)
         mask = " & ".join([base, *conds])
-        return f"tl.store(out{j} + {offset}, {to_storage(value, t.dtype, t.dtype)}, mask={mask})"
+        value = to_storage(value, t.dtype, t.dtype)
+        if self.config.reduction and not r_dep:
+            # a row-level store goes through 1-D rows: Triton 3.6's layout pass otherwise converts the value at
+            # the store and hands that conversion to earlier users ("operand #0 does not dominate this use")
+            mask = f"({mask})" if conds else mask
+            offset, value, mask = (f"tl.reshape({e}, [XBLOCK])" for e in (offset, value, mask))
+        return f"tl.store(out{j} + {offset}, {value}, mask={mask})"
 
     # ---- the kernel --------------------------------------------------------------------------------------
     def source(self) -> str:
