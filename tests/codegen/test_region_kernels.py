@@ -470,6 +470,22 @@ def test_inplace_row_output_of_a_looped_kernel() -> None:
     check(kernel(yv, sv), want)
 
 
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_row_outputs_are_stored_as_one_dimensional_rows(config: Config | None) -> None:
+    # Triton 3.6 (sm_90) failed to compile a batch norm's statistics stored as [XBLOCK, 1] tiles next to their
+    # use after the reduction ("operand #0 does not dominate this use"); 1-D rows compiled, and still must compute
+    g = og.Graph()
+    x = g.placeholder((5, 7), og.float32)
+    var = g.maximum(g.reduce_mean(x * x, -1, True) - g.square(g.reduce_mean(x, -1, True)), 0.0)
+    outs = [var, g.rsqrt(var + 1e-5)]  # the stored variance is also read after the reduction
+    kernel, inputs = kernel_for(outs, config)
+    stores = [line for line in kernel.source.splitlines() if "tl.store(out" in line]
+    assert len(stores) == 2 and all("tl.reshape(" in line and "[XBLOCK]" in line for line in stores), stores
+    xv = torch.randn(5, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want_var = xv.var(-1, unbiased=False, keepdim=True)
+    check(kernel(*args(inputs, {x: xv.float()})), [want_var.float(), (want_var + 1e-5).rsqrt().float()])
+
 # ---- NaN semantics ------------------------------------------------------------------------------------------
 SPECIAL = torch.tensor([[1.0, NAN, 3.0, -2.0, 0.5, 1.0, 2.0],
                         [NAN] * 7,
