@@ -6,6 +6,7 @@ and against PyTorch (``F.group_norm``, ``F.cross_entropy``, ``F.batch_norm``).""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from unittest import mock
 
@@ -432,6 +433,10 @@ def test_batch_norm_is_a_statistics_region_and_a_normalisation_region(shape: tup
     assert "batch_norm_training" not in names and "relu" not in names
     # 64 rows (2-D case) stay in registers: statistics and normalisation in one kernel (``passes.fuse._column``)
     assert names.count("fused_region") == (1 if len(shape) == 2 else 2), names
+    # nothing full-size outside the regions (a slice of x cast to float32 once kept a float32 copy of x)
+    outside = [t for o in fused.program.graph.ops if o.op.name not in ("fused_region", "placeholder")
+               for t in o.outputs if math.prod(t.shape) > shape[axis]]  # type: ignore[arg-type]
+    assert not outside, outside
     gen = _gen(3)
     offset = 10.0 if dtype is og.bfloat16 else 1000.0  # bfloat16 holds 1000 + N(0, 1) to a few units only
     x = (torch.randn(shape, generator=gen, dtype=torch.float64) + offset).to(dtype.torch_dtype)

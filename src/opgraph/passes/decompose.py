@@ -220,7 +220,10 @@ def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] 
     ct = stat_dtype(x.dtype)
     per_channel = tuple(sizes[axis] if k == axis else 1 for k in range(rank))
     xc = b.cast(x, ct)
-    first = b.op(slicing.SLICE, [xc], slicing.SliceAttrs((0,) * rank, per_channel, (1,) * rank), part="shift")
+    # the shift is sliced before the cast: a slice of the cast kept the full-size float32 copy of x alive (a
+    # kernel of its own under autocast, outside both regions)
+    first = b.cast(b.op(slicing.SLICE, [x], slicing.SliceAttrs((0,) * rank, per_channel, (1,) * rank), part="shift"),
+                   ct)
     d = b.op(ew.SUBTRACT, [xc, first], part="shifted")
     kept = reduce.ReduceAttrs(axes, keepdims=True)
     s1 = b.op(reduce.REDUCE_SUM, [d], kept, part="sum")
