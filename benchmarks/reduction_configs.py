@@ -4,9 +4,10 @@ the same run: the tool behind the rules of thumb in ``codegen/triton/configs.py`
 For each ``--ops`` x ``--dtypes`` on (``--mib`` MiB / width, width) matrices of each ``--widths``, the region
 of ``benchmarks/fusion.py``'s norm case is emitted with every configuration worth trying: rows held in
 registers (persistent, widths up to ``PERSISTENT_MAX``), walked in steps (looped), and split across programs
-that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps). Times are device time with a cold L2,
-measured as fusion.py measures them; ``of copy`` = bytes read + written / time / copy bandwidth. The first
-configuration's result is the reference: every other must agree within 1e-3 (relative to the largest value).
+that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps; held in registers or walked in steps).
+Times are device time with a cold L2, measured as fusion.py measures them; ``of copy`` = bytes read + written /
+time / copy bandwidth. The first configuration's result is the reference: every other must agree within 1e-3
+(relative to the largest value).
 
     python benchmarks/reduction_configs.py                                 # 262144-wide rows, softmax/norms
     python benchmarks/reduction_configs.py --ops softmax --dtypes bfloat16 --widths 32768,262144
@@ -46,10 +47,15 @@ def configs(width: int, chunks: list[int]) -> list[Config]:
             continue
         out += [Config(reduction=True, xblock=1, rblock=chunk, num_warps=w, split=split) for w in (4, 8, 16)
                 if 8 <= chunk // (32 * w) <= 128]
+        # or walked in steps by each part, twice: the second walk finds the chunk in L2 (few rows in flight)
+        out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w, split=split)
+                for step in (1024, 2048, 4096) for w in (4, 8) if step < chunk and 4 <= step // (32 * w) <= 16]
     return out
 
 
 def describe(c: Config) -> str:
+    if c.split > 1 and c.looped:
+        return f"split {c.split}, looped in steps of {c.rblock}, {c.num_warps} warps"
     kind = "looped" if c.looped else f"split {c.split}" if c.split > 1 else "persistent"
     return f"{kind}, {c.rblock} a program, {c.num_warps} warps"
 

@@ -3,6 +3,7 @@ steps (looped), and rows split across programs that meet at a barrier (split), i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +88,10 @@ def test_split_reduction_replays_in_a_cuda_graph(case: str) -> None:
             torch.testing.assert_close(got, plain.run(static)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("looped", [False, True], ids=["registers", "looped"])
 @pytest.mark.parametrize("split", [4, 8])
 @pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "variance", "rms_norm", "mean_keep", "max"])
-def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None:
+def test_split_rows_match_unfused_on_special_rows(case: str, split: int, looped: bool) -> None:
     """Split rows meeting at barriers (variance: per-chunk moments merged with the counts at one) on rows
     that stress the merge: a NaN in one chunk, a chunk of -inf, a row of -inf, a
     large offset (cancellation), a ragged last chunk."""
@@ -102,13 +104,16 @@ def test_split_rows_match_unfused_on_special_rows(case: str, split: int) -> None
     w = g.placeholder((width,), og.float32)
     y = CASES[case](g, x, w)
     ops, ins = region_of([y])
-    rblock = 1 << (-(-width // split) - 1).bit_length()
-    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=rblock, num_warps=4, split=split))
-    barriers = 2 if "softmax" in case else 1  # max, then sums; moments meet at one
+    # registers: a part holds its chunk; looped: it walks its chunk twice, statistics meeting at one barrier
+    rblock = 1024 if looped else 1 << (-(-width // split) - 1).bit_length()
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=rblock, num_warps=4, split=split,
+                                                        looped=looped))
+    barriers = 2 if "softmax" in case and not looped else 1  # max, then sums; moments (online softmax) meet at one
     assert kernel.source.count("atomic_add(cnt") == barriers + 1, kernel.source  # and the reset count
     xv = torch.randn(rows, width, generator=torch.Generator().manual_seed(split)).cuda()
     xv[1, 123] = float("nan")
-    xv[2, :rblock] = float("-inf")
+    chunk = math.ceil(math.ceil(width / split) / rblock) * rblock  # what a part covers
+    xv[2, :chunk] = float("-inf")
     xv[3] = float("-inf")
     xv[4] += 1e4
     xv[5, -7:] = 30.0

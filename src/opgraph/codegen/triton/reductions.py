@@ -104,9 +104,9 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
     kernel; one pass over memory in a looped one, with sums shifted by the row's first element (which keeps
     the cancellation of E[x^2] - E[x]^2 to the spread of the row, not its offset)."""
     n = em.reduced_count()
-    if em.config.split > 1:  # one barrier instead of two (mean, then squares about it)
+    if em.config.split > 1 and not em.config.looped:  # one barrier instead of two (mean, then squares about it)
         return em.split_moments(op, _element(em, op), ct)
-    if em.config.looped:
+    if em.config.looped:  # split too: every part shifts by the row's first element, their sums meet
         shift = em.value(op.inputs[0], em.row_start())
         d = lambda v: f"({v} - {shift})"  # noqa: E731
         s1, s2 = em.stats(op, "shifted", [("sum", _element(em, op, d), ct),

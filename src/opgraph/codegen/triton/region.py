@@ -11,9 +11,10 @@ Without reductions a kernel walks its *domain* (the outputs' broadcast shape) in
 (``XBLOCK`` rows per program) and reduced dims. Rows of up to ``PERSISTENT_MAX`` elements are held in
 registers whole (one pass over memory); longer rows are walked in ``RBLOCK`` steps, one loop per group
 of statistics and one final loop that stores (the later passes re-read what is usually still in L2).
-A long row can be split across programs (``Config.split``) that meet at barriers in a workspace; a column
-reduction's rows split instead into parts of which the last to finish combines the others' partials (no
-waiting). Dynamic sizes are kernel arguments, resolved at launch from the input shapes.
+A long row can be split across programs (``Config.split``) that meet at barriers in a workspace, each holding
+its chunk in registers or walking it (``looped``: twice, the second walk in L2); a column reduction's rows split
+into parts of which the last to finish combines the others' partials (no waiting). Dynamic sizes are kernel
+arguments, resolved at launch from the input shapes.
 """
 
 from __future__ import annotations
@@ -412,6 +413,8 @@ class RegionEmitter:
             names = [self._reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
             if self.column_split:  # partial over this program's rows: completed in the last part
                 self.partials += [(n, kind, ct) for n, (kind, _, ct) in zip(names, parts, strict=True)]
+            elif self.config.split > 1:  # this program walked its chunk of the row: the parts meet
+                names = self._meet(names, parts)
         self.top.memo[memo_key] = ",".join(names)
         return names
 
@@ -573,6 +576,11 @@ class RegionEmitter:
         m = self._reduce_tile("max", am, ct)
         scale = f"tl.where({am} == float(\"-inf\"), 0.0, tl.exp({am} - {m}))"
         s = self._reduce_tile("sum", f"{asum} * {scale}", ct)
+        if self.config.split > 1:  # each part's (max, sum) over its chunk, rescaled to the row's max where they meet
+            every_m, every_s = self._exchange([m, s])
+            m = self._reduce_tile("max", every_m, ct)
+            s = self._reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
+                                         f"tl.exp({every_m} - {m}))", ct)
         self.top.memo[memo_key] = f"{m},{s}"
         return m, s
 
@@ -592,7 +600,7 @@ class RegionEmitter:
 
     def open_loop(self) -> _Scope:
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
-        if self.column_split:  # this part's rows only
+        if self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
         else:
             self.emit(f"for {r} in range(0, {self.reduced_count()}, RBLOCK):")
@@ -688,6 +696,9 @@ class RegionEmitter:
                 self.emit(f"row = {pid} // {cfg.split}")
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
+                if cfg.looped:  # each part walks its chunk of the row (re-read from L2 in the final pass)
+                    n = self.reduced_count()
+                    self.emit(f"chunk = (({n} + {cfg.split - 1}) // {cfg.split} + RBLOCK - 1) // RBLOCK * RBLOCK")
             else:
                 self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
             self.emit(f"xmask = xi < {xnumel}")

@@ -1,0 +1,58 @@
+"""Long rows split across programs that each walk their chunk (``Config(split=..., looped=True)``): the parts'
+statistics meet at one barrier in a workspace, then each part walks its chunk again (from L2 on a GPU) to store.
+Triton's interpreter runs one program at a time, so a part waiting at the barrier would wait forever: here the
+spin is taken out of the source and the kernel launched twice on the same workspace, the second launch reading
+the partials every part wrote in the first. That checks the chunks, masks and how the partials meet; the
+barrier itself is shared with the register-held split rows, run on the GPU (``test_region_gpu.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
+from opgraph.codegen.triton.region import Config  # noqa: E402
+from tests.codegen.test_region_gpu import CASES  # noqa: E402
+
+SPIN = re.compile(r"^(\s*)while tl\.load\(cnt [^\n]*volatile=True\) < \d+:$", re.M)
+ROW_CASES = [c for c in CASES if c not in ("sum", "column_sum")]  # "sum" keeps no row: its output is the sums
+
+
+def _without_spin(kernel: RegionKernel) -> RegionKernel:
+    source, spins = SPIN.subn(r"\1if False:", kernel.source)
+    assert spins == 1, kernel.source  # one barrier: every statistic of these regions meets at once
+    return dataclasses.replace(kernel, source=source, _fn=None, _launches={}, _workspaces={})
+
+
+@pytest.mark.parametrize("split,rblock", [(4, 8), (8, 4)])
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_looped_split_rows_match_unfused(case: str, split: int, rblock: int) -> None:
+    rows, width = 5, 61  # ragged: the last part's chunk is partly past the row's end
+    g = og.Graph()
+    x = g.placeholder((rows, width), og.float32)
+    w = g.placeholder((width,), og.float32)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=rblock, looped=True,
+                                                        num_warps=4, split=split))
+    assert "for start" in kernel.source and "chunk =" in kernel.source
+    gen = torch.Generator().manual_seed(split)
+    xv = torch.randn(rows, width, generator=gen)
+    xv[1, 7] = float("nan")  # one part's NaN reaches the whole row
+    xv[2, :20] = float("-inf")  # whole parts of -inf (softmax: a part's max of -inf adds nothing)
+    xv[3] += 1e3  # an offset row: the shifted sums keep its variance
+    wv = torch.randn(width, generator=gen)
+    args = [xv if t is x else wv if t is w else t.op.payload for t in ins]
+    runnable = _without_spin(kernel)
+    runnable(*args)  # every part writes its partials (the early parts read stale ones)
+    (got,) = runnable(*args)  # now every part reads every partial of the first launch
+    (want,) = g.compile({x: x.type, w: w.type}, [y], device="cpu",
+                        descriptor=og.CompilationDescriptor(fusion=False)).run([xv, wv])
+    # atol: a few float32 steps at 1000 (the offset row's x - mean loses them in either summation order)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4, equal_nan=True)
