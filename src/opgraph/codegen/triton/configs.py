@@ -62,9 +62,9 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
             if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
                 splits: list[Config] = []
-                # about eight programs a multiprocessor on 64-column tiles won the NHWC batch-norm sums (statistics
-                # and the backward's) on the H200 in float32 and bfloat16; two a multiprocessor before
-                for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (32, 32, 8), (32, 32, 2)):
+                # four to eight programs a multiprocessor won every NHWC batch-norm sum (statistics and the
+                # backward's, float32 and bfloat16) on the H200 (benchmarks/column_reductions.py); two before
+                for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (64, 32, 4), (32, 32, 4), (32, 32, 8)):
                     split = _column_split(kept, xblock, rnumel, rblock, per_sm * sms)
                     cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
                     if split > 1 and cfg not in splits:
