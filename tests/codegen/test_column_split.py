@@ -165,3 +165,33 @@ def test_statistics_needing_the_whole_column_are_refused(case: str) -> None:
     args = [xv if t is x else t.op.payload for t in ins]
     (want,) = g.compile({x: x.type}, [y], device="cpu", descriptor=PLAIN).run([xv])
     torch.testing.assert_close(kernel(*args)[0], want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(4, 24, 5, 7), (2, 70, 3, 3)], ids=["ragged", "more-channels"])
+def test_nchw_values_stored_channels_last_are_reduced_as_columns(shape: tuple[int, int, int, int]) -> None:
+    # a batch-norm backward's sums over a channels-last tensor read as NCHW (a graph without a convolution keeps
+    # NCHW): the channels are contiguous in memory, so the strided variant tiles them (column configurations);
+    # the row configurations read across the storage (3-5x eager's time in benchmarks/batch_norm.py)
+    g = og.Graph()
+    x, dy = g.placeholder(shape, og.float32), g.placeholder(shape, og.float32)
+    mean = g.placeholder((1, shape[1], 1, 1), og.float32)
+    masked = g.select(g.less_equal(x, 0.0), 0.0, dy)
+    outs = [masked, g.reduce_sum(masked, [0, 2, 3]), g.reduce_sum(masked * (x - mean), [0, 2, 3])]
+    ops, ins = region_of(outs)
+    kernel = region_kernel(ops, ins, outs)
+    rows = shape[0] * shape[2] * shape[3]
+    assert kernel.config.rblock >= rows  # contiguous NCHW: a row configuration (each channel's row in registers)
+    gen = torch.Generator().manual_seed(shape[1])
+    xv, dyv = (torch.randn(shape, generator=gen).contiguous(memory_format=torch.channels_last) for _ in range(2))
+    mv = torch.randn(1, shape[1], 1, 1, generator=gen)
+    args = [{id(x): xv, id(dy): dyv, id(mean): mv}.get(id(t), t.op.payload) for t in ins]
+    got = kernel(*args)
+    (variant,) = kernel._strided.values()
+    # column tiles of 64 or more channels (a row configuration holds at most 16 rows: the channels)
+    assert variant.config.xblock >= 64 > 16 >= kernel.config.xblock, (variant.config, kernel.config)
+    want_masked = torch.where(xv <= 0, 0.0, dyv)
+    want = [want_masked, want_masked.sum((0, 2, 3)), (want_masked * (xv - mv)).sum((0, 2, 3))]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert got[0].is_contiguous()  # outputs stay contiguous
+    assert kernel(*[a.contiguous() for a in args])[1].allclose(want[1], rtol=1e-5, atol=1e-5)  # and NCHW reads

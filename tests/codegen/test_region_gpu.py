@@ -214,3 +214,34 @@ def test_split_column_sums_on_cuda(dt: og.DType, split: int) -> None:
         static.copy_(torch.randn(4099, 771, device="cuda") * (k + 1))
         for got in (kernel(static)[0], (graph.replay(), out)[1]):
             torch.testing.assert_close(got, plain.run([static])[0], rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("dt", [og.float32, og.bfloat16], ids=["f32", "bf16"])
+def test_channels_last_values_read_as_nchw_reduce_as_columns(dt: og.DType) -> None:
+    """A batch-norm backward's sums over channels-last tensors read as NCHW (graphs without a convolution keep
+    NCHW): the strided variant tiles the contiguous channels and is tuned (split column configurations too)."""
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+
+    shape = (16, 64, 28, 28)
+    g = og.Graph()
+    x, dy = g.placeholder(shape, dt), g.placeholder(shape, dt)
+    mean = g.placeholder((1, 64, 1, 1), og.float32)
+    masked = g.select(g.less_equal(x, 0.0), 0.0, dy)
+    mf = g.cast(masked, og.float32) if dt is not og.float32 else masked
+    xf = g.cast(x, og.float32) if dt is not og.float32 else x
+    outs = [masked, g.reduce_sum(mf, [0, 2, 3]), g.reduce_sum(mf * (xf - mean), [0, 2, 3])]
+    ops, ins = region_of(outs)
+    kernel = region_kernel(ops, ins, outs)
+    gen = torch.Generator().manual_seed(5)
+    xv, dyv = (torch.randn(shape, generator=gen).to(dt.torch_dtype).cuda()
+               .contiguous(memory_format=torch.channels_last) for _ in range(2))
+    mv = torch.randn(1, 64, 1, 1, generator=gen).cuda()
+    args = [{id(x): xv, id(dy): dyv, id(mean): mv}[id(t)] if id(t) in (id(x), id(dy), id(mean))
+            else t.op.payload.cuda() for t in ins]
+    got = kernel(*args)
+    (variant,) = kernel._strided.values()
+    assert variant.config.xblock >= 16, variant.config
+    m = torch.where(xv <= 0, 0.0, dyv.float())
+    want = [m.to(xv.dtype), m.sum((0, 2, 3)), (m * (xv.float() - mv)).sum((0, 2, 3))]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=1e-4, atol=1e-2 if b.dim() == 1 else 1e-5)

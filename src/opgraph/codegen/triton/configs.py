@@ -46,7 +46,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         return [Config(reduction=False, block=1024, num_warps=4)]
     rsizes = [em.domain.shape[k] for k in em.raxes]
     rnumel = math.prod(d for d in rsizes if d is not None) if all(d is not None for d in rsizes) else None
-    inner_reduced = (em.domain.rank - 1) in em.raxes
+    inner_reduced = em.inner_axis in em.raxes
     looped = Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)
     if not inner_reduced:  # column reductions: rows of the tile run along the contiguous dim
         if rnumel is not None and rnumel <= 64:

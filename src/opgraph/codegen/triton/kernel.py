@@ -27,6 +27,7 @@ import torch
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
+from ...ir.opdef import FusionKind
 from ._text import MAX_BARRIERS, WS_PARTS, generated
 from .expr import NotExpressible
 from .region import Config, RegionEmitter, candidate_configs
@@ -117,11 +118,12 @@ class RegionKernel:
     out_numbers: tuple[int, ...]  # the value number of each output
     inplace_ok: frozenset[tuple[int, int]] = frozenset()
     cache_dir: Path | None = None
-    strided: Any = None  # () -> RegionKernel: the variant reading inputs at their strides, made on first need
+    strided: Any = None  # (inner dim) -> RegionKernel: the variant reading inputs at their strides, made on first need
     alternatives: Any = None  # () -> list[RegionKernel]: other launch configurations, timed on first CUDA launch
     _fn: Any = field(default=None, repr=False)
     _launches: dict[Any, _Launch] = field(default_factory=dict, repr=False)
-    _strided: RegionKernel | None = field(default=None, repr=False)
+    aligned: tuple[int, ...] = ()  # inputs read at the domain's own index: stored in the domain's memory order
+    _strided: dict[int | None, RegionKernel] = field(default_factory=dict, repr=False)  # per inner dim
     _tuned: dict[Any, RegionKernel] = field(default_factory=dict, repr=False)
     _workspaces: dict[Any, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
@@ -144,6 +146,17 @@ class RegionKernel:
             except Exception:  # a configuration that does not compile (resources) is skipped
                 continue
         return min(timed)[2] if timed else self
+
+    def _inner_axis(self, inputs: Sequence[torch.Tensor]) -> int | None:
+        """The domain dim that the largest strided input read at the domain's index stores contiguously (the
+        channels of a channels-last tensor read as NCHW), or None: the last, as for contiguous inputs."""
+        strided = [inputs[i] for i in self.aligned if not inputs[i].is_contiguous()]
+        if not strided:
+            return None
+        x = max(strided, key=lambda t: t.numel())
+        dims = [k for k in range(x.dim()) if x.shape[k] > 1]
+        inner = min(dims, key=x.stride, default=None)
+        return None if inner is None or inner == x.dim() - 1 or x.stride(inner) != 1 else inner
 
     def _workspace(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Partials and barrier counters of a split reduction: allocated once per device and row count (the
@@ -208,9 +221,11 @@ class RegionKernel:
             if x.dtype != t.dtype.torch_dtype:
                 raise ExecutionError(f"input {i}: expected {t}, got shape {tuple(x.shape)} and {x.dtype}")
         if self.strided is not None and not all(x.is_contiguous() for x in inputs):
-            if self._strided is None:
-                self._strided = self.strided()
-            return self._strided(*inputs, out=out, device=device)
+            inner = self._inner_axis(inputs)
+            variant = self._strided.get(inner)
+            if variant is None:
+                variant = self._strided[inner] = self.strided(inner)
+            return variant(*inputs, out=out, device=device)
         if self.alternatives is not None and inputs and inputs[0].is_cuda:
             shapes = tuple(tuple(x.shape) for x in inputs)
             best = self._tuned.get(shapes)
@@ -243,17 +258,27 @@ def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
+def _aligned_inputs(ops: Sequence[Operation], inputs: Sequence[Tensor], domain: Tensor) -> tuple[int, ...]:
+    """Inputs of the domain's shape that no injective op reads (a transpose or reshape inside the region would
+    map their dims to others of the domain)."""
+    through_views = {id(t) for op in ops if op.op.fusion is FusionKind.INJECTIVE for t in op.inputs}
+    return tuple(i for i, t in enumerate(inputs) if t.type.shape == domain.type.shape and id(t) not in through_views)
+
+
 def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
                   config: Config | None = None, cache_dir: Path | None = None, strided: bool = False,
-                  scalars: Mapping[int, float | int | bool] | None = None) -> RegionKernel:
+                  scalars: Mapping[int, float | int | bool] | None = None,
+                  inner_axis: int | None = None) -> RegionKernel:
     """Emit the kernel of a region (loaded on its first launch). The kernel reads contiguous inputs; given a
     non-contiguous one it switches to a variant reading inputs at their strides (no copies). ``scalars``: the
-    values of one-element constant inputs, written into the source (the kernel still takes them as arguments)."""
-    em = RegionEmitter(ops, inputs, outputs, config, strided=strided, scalars=scalars)
+    values of one-element constant inputs, written into the source (the kernel still takes them as arguments).
+    ``inner_axis``: the domain dim stored contiguously (strided variants; configurations are chosen for it)."""
+    em = RegionEmitter(ops, inputs, outputs, config, strided=strided, scalars=scalars, inner_axis=inner_axis)
     candidates = candidate_configs(em) if config is None else [em.config]
     for k, chosen in enumerate(candidates):  # the first that can be written (a split the region refuses is not)
         try:
-            em = RegionEmitter(ops, inputs, outputs, chosen, strided=strided, scalars=scalars) if k else em
+            em = (RegionEmitter(ops, inputs, outputs, chosen, strided=strided, scalars=scalars, inner_axis=inner_axis)
+                  if k else em)
             source = em.source()
             break
         except NotExpressible:
@@ -267,8 +292,11 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
         tuple((op.op, op.attrs, tuple(number[id(t)] for t in op.inputs)) for op in ops),
         tuple(t.type for t in em.values), tuple(number[id(t)] for t in outputs), em.inplace_ok(), cache_dir)
     if not strided:
-        kernel.strided = lambda: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
-                                               strided=True, scalars=scalars)
+        # a given configuration keeps its meaning (a split row stays one): only the heuristic follows the layout
+        kernel.strided = lambda inner=None: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
+                                                          strided=True, scalars=scalars,
+                                                          inner_axis=inner if config is None else None)
+        kernel.aligned = _aligned_inputs(ops, inputs, em.domain)
     others = candidates[k + 1:] if config is None else []
     if others:  # the strided variant is tuned too: its default can be one program walking every row
         def alternatives() -> list[RegionKernel]:
@@ -276,7 +304,7 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
             for c in others:
                 try:
                     out.append(region_kernel(ops, inputs, outputs, config=c, cache_dir=cache_dir, strided=strided,
-                                             scalars=scalars))
+                                             scalars=scalars, inner_axis=inner_axis))
                 except NotExpressible:  # e.g. a split column reduction whose stored values use its statistics
                     continue
             return out

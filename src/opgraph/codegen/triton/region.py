@@ -78,7 +78,7 @@ class RegionEmitter:
 
     def __init__(self, ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor],
                  config: Config | None = None, strided: bool = False,
-                 scalars: Mapping[int, float | int | bool] | None = None) -> None:
+                 scalars: Mapping[int, float | int | bool] | None = None, inner_axis: int | None = None) -> None:
         self.strided = strided  # inputs at strides given at launch; else contiguous (sizes give the strides)
         self.scalars = dict(scalars or {})  # input number -> its value, written into the source (no load)
         if not outputs:
@@ -112,6 +112,9 @@ class RegionEmitter:
             self.domain = self._anchor()
             self.raxes = ()
         self.xaxes = tuple(k for k in range(self.domain.rank) if k not in self.raxes)
+        # the domain dim contiguous in memory: the last, or (strided inputs) that of the inputs as stored; a
+        # reduction keeping it is a column reduction (tiles of kept dims, loads coalesced along them)
+        self.inner_axis = self.domain.rank - 1 if inner_axis is None else inner_axis
         self.reductions = reductions
         self.config = config or default_config(self)
 
@@ -474,7 +477,7 @@ class RegionEmitter:
     def column_split(self) -> bool:
         """Rows of a column reduction split across programs: each part sums its rows, the last to finish (an
         atomic count per column tile, no waiting) combines the parts in order and stores the outputs."""
-        return self.config.reduction and self.config.split > 1 and (self.domain.rank - 1) not in self.raxes
+        return self.config.reduction and self.config.split > 1 and self.inner_axis not in self.raxes
 
     def _store_in_loop(self, fulls: list[tuple[int, Tensor]]) -> None:
         """Store full-size outputs in a loop over the rows (this part's, in a split column reduction)."""
