@@ -99,13 +99,75 @@ def _prod(op: Operation, em: RegionEmitter, index: Index) -> str:
     return p
 
 
+def _split_moments(em: RegionEmitter, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
+    """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
+    squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
+    if em.column_split:
+        raise NotExpressible("variance of a split column reduction")
+    memo_key = ("stats", id(op), "split-moments")
+    found = em.top.memo.get(memo_key)
+    if found is not None:
+        mean, var = found.split(",")
+        return mean, var
+    n, mask = em.reduced_count(), em.scope.mask
+    count = "tl.minimum(tl.maximum({n} - {q} * RBLOCK, 0), RBLOCK).to({ct})"
+    v = em.bind(fn(em.domain_index()), "o")
+    s1 = em.reduce_tile("sum", f"tl.where({mask}, {v}, 0.0)", ct)
+    own = em.bind(f"{s1} / tl.maximum({count.format(n=n, q='part', ct=ct)}, 1.0)", "pm")
+    q2 = em.reduce_tile("sum", f"tl.where({mask}, ({v} - {own}) * ({v} - {own}), 0.0)", ct)
+    all1, all2 = em.exchange([s1, q2])
+    counts = em.bind(count.format(n=n, q=f"tl.arange(0, {em.config.split})[None, :]", ct=ct), "cn")
+    mean = em.bind(f"{em.reduce_tile('sum', all1, ct)} / {n}", "mean")
+    means = em.bind(f"{all1} / tl.maximum({counts}, 1.0)", "pms")
+    spread = f"{all2} + {counts} * ({means} - {mean}) * ({means} - {mean})"
+    var = em.bind(f"{em.reduce_tile('sum', spread, ct)} / {n}", "var")
+    em.top.memo[memo_key] = f"{mean},{var}"
+    return mean, var
+
+
+def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
+    """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
+    running max grows (looped kernels; a persistent kernel has the row in registers anyway)."""
+    if em.column_split:
+        raise NotExpressible("softmax of a split column reduction")
+    memo_key = ("stats", id(op), "online")
+    found = em.top.memo.get(memo_key)
+    if found is not None:
+        m, s = found.split(",")
+        return m, s
+    am, asum = em.fresh("accm"), em.fresh("accs")
+    em.emit(f"{am} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {ct})")
+    em.emit(f"{asum} = tl.zeros([XBLOCK, RBLOCK], {ct})")
+    loop = em.open_loop()
+    v = fn(em.domain_index())
+    v = em.bind(f"tl.where({loop.mask}, {v}, float(\"-inf\"))", "o")
+    new = em.fresh("nm")
+    em.emit(f"{new} = tl.maximum({am}, tl.where({v} != {v}, float(\"-inf\"), {v}))")
+    # lanes still at -inf (nothing seen yet) keep a zero sum (exp(-inf - -inf) would be NaN); a NaN element
+    # makes its lane's sum NaN, so the row's result is NaN as unfused
+    em.emit(f"{asum} = {asum} * tl.where({new} == float(\"-inf\"), 0.0, tl.exp({am} - {new})) + "
+           f"tl.where({v} != {v}, {v}, tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new})))")
+    em.emit(f"{am} = {new}")
+    em.close_loop()
+    m = em.reduce_tile("max", am, ct)
+    scale = f"tl.where({am} == float(\"-inf\"), 0.0, tl.exp({am} - {m}))"
+    s = em.reduce_tile("sum", f"{asum} * {scale}", ct)
+    if em.config.split > 1:  # each part's (max, sum) over its chunk, rescaled to the row's max where they meet
+        every_m, every_s = em.exchange([m, s])
+        m = em.reduce_tile("max", every_m, ct)
+        s = em.reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
+                                  f"tl.exp({every_m} - {m}))", ct)
+    em.top.memo[memo_key] = f"{m},{s}"
+    return m, s
+
+
 def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
     """(mean, population variance) of input 0 over the reduced dims: two passes over registers in a persistent
     kernel; one pass over memory in a looped one, with sums shifted by the row's first element (which keeps
     the cancellation of E[x^2] - E[x]^2 to the spread of the row, not its offset)."""
     n = em.reduced_count()
     if em.config.split > 1 and not em.config.looped:  # one barrier instead of two (mean, then squares about it)
-        return em.split_moments(op, _element(em, op), ct)
+        return _split_moments(em, op, _element(em, op), ct)
     if em.config.looped:  # split too: every part shifts by the row's first element, their sums meet
         shift = em.value(op.inputs[0], em.row_start())
         d = lambda v: f"({v} - {shift})"  # noqa: E731
@@ -166,7 +228,7 @@ def _logical(is_and: bool) -> Callable[[Operation, RegionEmitter, Index], str]:
 def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     ct = _float_input(op)
     if em.config.looped:  # one pass over memory instead of two
-        return em.online_softmax(op, _element(em, op), ct)
+        return _online_softmax(em, op, _element(em, op), ct)
     # split rows too meet twice (max, then sums): per-chunk maxima at one barrier cost a second exp per
     # element and measured slower (H200, 256x262144 float32: 0.206 against 0.188 ms)
     (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])

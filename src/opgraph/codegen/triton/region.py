@@ -396,7 +396,7 @@ class RegionEmitter:
             idx = self.domain_index()
             for kind, fn, ct in parts:
                 v = fn(idx)
-                names.append(self._reduce_tile(kind, f"tl.where({self.scope.mask}, {v}, {self._neutral(kind, ct)})",
+                names.append(self.reduce_tile(kind, f"tl.where({self.scope.mask}, {v}, {self._neutral(kind, ct)})",
                                                ct))
             if self.config.split > 1:
                 names = self._meet(names, parts)
@@ -413,7 +413,7 @@ class RegionEmitter:
                 masked = f"tl.where({loop.mask}, {v}, {self._neutral(kind, ct)})"
                 self.emit(f"{acc} = {combine(kind, acc, masked)}")
             self.close_loop()
-            names = [self._reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
+            names = [self.reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
             if self.column_split:  # partial over this program's rows: completed in the last part
                 self.partials += [(n, kind, ct) for n, (kind, _, ct) in zip(names, parts, strict=True)]
             elif self.config.split > 1:  # this program walked its chunk of the row: the parts meet
@@ -443,10 +443,10 @@ class RegionEmitter:
 
     def _meet(self, partials: list[str], parts: list[tuple[str, Callable[[Index], str], str]]) -> list[str]:
         """The row's statistics from the partials of the programs sharing it (one barrier)."""
-        tiles = self._exchange(partials)
-        return [self._reduce_tile(kind, every, ct) for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
+        tiles = self.exchange(partials)
+        return [self.reduce_tile(kind, every, ct) for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
 
-    def _exchange(self, partials: list[str]) -> list[str]:
+    def exchange(self, partials: list[str]) -> list[str]:
         """Each program's row partials ([XBLOCK, 1]) as [XBLOCK, split] tiles of every program of the row: each
         writes its partials to the workspace, counts itself in at the row's barrier and waits for the others
         (they are resident: the grid is dispatched in order and a row's programs are consecutive)."""
@@ -527,66 +527,6 @@ class RegionEmitter:
         self.top.lines.extend(scope.lines)
         self._finishing = False
 
-    def split_moments(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
-        """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
-        squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
-        if self.column_split:
-            raise NotExpressible("variance of a split column reduction")
-        memo_key = ("stats", id(op), "split-moments")
-        found = self.top.memo.get(memo_key)
-        if found is not None:
-            mean, var = found.split(",")
-            return mean, var
-        n, mask = self.reduced_count(), self.scope.mask
-        count = "tl.minimum(tl.maximum({n} - {q} * RBLOCK, 0), RBLOCK).to({ct})"
-        v = self.bind(fn(self.domain_index()), "o")
-        s1 = self._reduce_tile("sum", f"tl.where({mask}, {v}, 0.0)", ct)
-        own = self.bind(f"{s1} / tl.maximum({count.format(n=n, q='part', ct=ct)}, 1.0)", "pm")
-        q2 = self._reduce_tile("sum", f"tl.where({mask}, ({v} - {own}) * ({v} - {own}), 0.0)", ct)
-        all1, all2 = self._exchange([s1, q2])
-        counts = self.bind(count.format(n=n, q=f"tl.arange(0, {self.config.split})[None, :]", ct=ct), "cn")
-        mean = self.bind(f"{self._reduce_tile('sum', all1, ct)} / {n}", "mean")
-        means = self.bind(f"{all1} / tl.maximum({counts}, 1.0)", "pms")
-        spread = f"{all2} + {counts} * ({means} - {mean}) * ({means} - {mean})"
-        var = self.bind(f"{self._reduce_tile('sum', spread, ct)} / {n}", "var")
-        self.top.memo[memo_key] = f"{mean},{var}"
-        return mean, var
-
-    def online_softmax(self, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
-        """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
-        running max grows (looped kernels; a persistent kernel has the row in registers anyway)."""
-        if self.column_split:
-            raise NotExpressible("softmax of a split column reduction")
-        memo_key = ("stats", id(op), "online")
-        found = self.top.memo.get(memo_key)
-        if found is not None:
-            m, s = found.split(",")
-            return m, s
-        am, asum = self.fresh("accm"), self.fresh("accs")
-        self.emit(f"{am} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {ct})")
-        self.emit(f"{asum} = tl.zeros([XBLOCK, RBLOCK], {ct})")
-        loop = self.open_loop()
-        v = fn(self.domain_index())
-        v = self.bind(f"tl.where({loop.mask}, {v}, float(\"-inf\"))", "o")
-        new = self.fresh("nm")
-        self.emit(f"{new} = tl.maximum({am}, tl.where({v} != {v}, float(\"-inf\"), {v}))")
-        # lanes still at -inf (nothing seen yet) keep a zero sum (exp(-inf - -inf) would be NaN); a NaN element
-        # makes its lane's sum NaN, so the row's result is NaN as unfused
-        self.emit(f"{asum} = {asum} * tl.where({new} == float(\"-inf\"), 0.0, tl.exp({am} - {new})) + "
-                  f"tl.where({v} != {v}, {v}, tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new})))")
-        self.emit(f"{am} = {new}")
-        self.close_loop()
-        m = self._reduce_tile("max", am, ct)
-        scale = f"tl.where({am} == float(\"-inf\"), 0.0, tl.exp({am} - {m}))"
-        s = self._reduce_tile("sum", f"{asum} * {scale}", ct)
-        if self.config.split > 1:  # each part's (max, sum) over its chunk, rescaled to the row's max where they meet
-            every_m, every_s = self._exchange([m, s])
-            m = self._reduce_tile("max", every_m, ct)
-            s = self._reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
-                                         f"tl.exp({every_m} - {m}))", ct)
-        self.top.memo[memo_key] = f"{m},{s}"
-        return m, s
-
     def _neutral(self, kind: str, ct: str) -> str:
         if "float" in ct:
             return NEUTRAL[kind]
@@ -596,7 +536,7 @@ class RegionEmitter:
                 "tl.int64": (-(2**63), 2**63 - 1)}[ct]
         return str(info[0] if kind == "max" else info[1])
 
-    def _reduce_tile(self, kind: str, tile: str, ct: str) -> str:
+    def reduce_tile(self, kind: str, tile: str, ct: str) -> str:
         name = self.fresh("s")
         self.emit(f"{name} = {TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
