@@ -99,16 +99,24 @@ def _prod(op: Operation, em: RegionEmitter, index: Index) -> str:
     return p
 
 
+def _pair_found(em: RegionEmitter, op: Operation, key: str, what: str) -> tuple[str, str] | None:
+    """The two row statistics ``key`` of ``op`` if already emitted (memoised per region); none in a split column
+    reduction, whose parts never see whole rows."""
+    if em.column_split:
+        raise NotExpressible(f"{what} of a split column reduction")
+    found = em.top.memo.get(("stats", id(op), key))
+    if found is None:
+        return None
+    first, second = found.split(",")
+    return first, second
+
+
 def _split_moments(em: RegionEmitter, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
     """(mean, population variance) of a split row at one barrier: each program's sum and centred sum of
     squares about its own mean, merged with the chunk counts (Chan et al.'s parallel variance)."""
-    if em.column_split:
-        raise NotExpressible("variance of a split column reduction")
-    memo_key = ("stats", id(op), "split-moments")
-    found = em.top.memo.get(memo_key)
+    found = _pair_found(em, op, "split-moments", "variance")
     if found is not None:
-        mean, var = found.split(",")
-        return mean, var
+        return found
     n, mask = em.reduced_count(), em.scope.mask
     count = "tl.minimum(tl.maximum({n} - {q} * RBLOCK, 0), RBLOCK).to({ct})"
     v = em.bind(fn(em.domain_index()), "o")
@@ -121,20 +129,16 @@ def _split_moments(em: RegionEmitter, op: Operation, fn: Callable[[Index], str],
     means = em.bind(f"{all1} / tl.maximum({counts}, 1.0)", "pms")
     spread = f"{all2} + {counts} * ({means} - {mean}) * ({means} - {mean})"
     var = em.bind(f"{em.reduce_tile('sum', spread, ct)} / {n}", "var")
-    em.top.memo[memo_key] = f"{mean},{var}"
+    em.top.memo[("stats", id(op), "split-moments")] = f"{mean},{var}"
     return mean, var
 
 
 def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str], ct: str) -> tuple[str, str]:
     """Row max ``m`` and ``sum(exp(v - m))`` in one pass: each lane rescales its running sum when its
     running max grows (looped kernels; a persistent kernel has the row in registers anyway)."""
-    if em.column_split:
-        raise NotExpressible("softmax of a split column reduction")
-    memo_key = ("stats", id(op), "online")
-    found = em.top.memo.get(memo_key)
+    found = _pair_found(em, op, "online", "softmax")
     if found is not None:
-        m, s = found.split(",")
-        return m, s
+        return found
     am, asum = em.fresh("accm"), em.fresh("accs")
     em.emit(f"{am} = tl.full([XBLOCK, RBLOCK], float(\"-inf\"), {ct})")
     em.emit(f"{asum} = tl.zeros([XBLOCK, RBLOCK], {ct})")
@@ -157,7 +161,7 @@ def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str]
         m = em.reduce_tile("max", every_m, ct)
         s = em.reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
                                   f"tl.exp({every_m} - {m}))", ct)
-    em.top.memo[memo_key] = f"{m},{s}"
+    em.top.memo[("stats", id(op), "online")] = f"{m},{s}"
     return m, s
 
 
