@@ -55,7 +55,9 @@ class CompilationDescriptor:
     step on an H200 is 1.14x / 1.24x faster than in NCHW, float32 / bfloat16); ``False``: never.
     ``batch_norm_regions``: with fusion, ``batch_norm_training`` is computed in generated kernels (its statistics
     as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
-    vendor's batch-norm kernel (cuDNN) and a kernel per op after it. Off until measured faster.
+    vendor's batch-norm kernel (cuDNN) and a kernel per op after it. Off: on an H200 a ResNet-50 training step
+    ties in float32 and was 15% slower in bfloat16 (``benchmarks/RESULTS.md``, sixth session; re-measure after
+    the column-split and shift changes of that session).
     """
 
     optimization_level: int = 1
