@@ -294,9 +294,9 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
     if not strided:
         # a given configuration keeps its meaning (a split row stays one): only the heuristic follows the layout
         kernel.strided = lambda inner=None: region_kernel(ops, inputs, outputs, config=config, cache_dir=cache_dir,
-                                                          strided=True, scalars=scalars,
-                                                          inner_axis=inner if config is None else None)
-        kernel.aligned = _aligned_inputs(ops, inputs, em.domain)
+                                                          strided=True, scalars=scalars, inner_axis=inner)
+        if em.reductions and config is None:  # flat kernels and given configurations ignore the memory order
+            kernel.aligned = _aligned_inputs(ops, inputs, em.domain)
     others = candidates[k + 1:] if config is None else []
     if others:  # the strided variant is tuned too: its default can be one program walking every row
         def alternatives() -> list[RegionKernel]:
