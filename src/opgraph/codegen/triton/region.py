@@ -36,6 +36,7 @@ from ._text import (
     MAX_BARRIERS,
     NAME_PATTERN,
     NEUTRAL,
+    PARTS_AT_ONCE,
     TILE_REDUCE,
     WS_PARTS,
     broadcasts,
@@ -515,11 +516,21 @@ class RegionEmitter:
         self.emit(f"if tl.atomic_add({counter}, 1) == {split - 1}:")
         scope = _Scope(mask=self.scope.mask, parent=self.scope, indent=self.scope.indent + "    ")
         self.scope = scope
-        parts = f"(tile * {split} + tl.arange(0, {split})[None, :]) * {WS_PARTS}"
-        for k, (name, kind, ct) in enumerate(self.partials):  # in part order: the same sum on every launch
+        # the parts' partials, PARTS_AT_ONCE at a time (a [XBLOCK, split] tile of 1024 parts spilled registers),
+        # in the same order on every launch: the same sums
+        step = min(split, PARTS_AT_ONCE)
+        accs = [self.fresh("acc") for _ in self.partials]
+        for acc, (_, kind, _) in zip(accs, self.partials, strict=True):
+            self.emit(f"{acc} = tl.full([XBLOCK, {step}], {NEUTRAL[kind]}, tl.float32)")
+        first = self.fresh("p")
+        self.emit(f"for {first} in range(0, {split}, {step}):")
+        parts = f"(tile * {split} + {first} + tl.arange(0, {step})[None, :]) * {WS_PARTS}"
+        for k, (acc, (_, kind, _)) in enumerate(zip(accs, self.partials, strict=True)):
             every = self.fresh("all")
-            self.emit(f"{every} = tl.load(ws + ({parts} + {k}) * XBLOCK + {cols}, cache_modifier=\".cg\")")
-            self.emit(f"{name} = {TILE_REDUCE[kind].format(every)}[:, None].to({ct})")
+            self.emit(f"    {every} = tl.load(ws + ({parts} + {k}) * XBLOCK + {cols}, cache_modifier=\".cg\")")
+            self.emit(f"    {acc} = {combine(kind, acc, every)}")
+        for acc, (name, kind, ct) in zip(accs, self.partials, strict=True):
+            self.emit(f"{name} = {TILE_REDUCE[kind].format(acc)}[:, None].to({ct})")
         for j, t in rows:
             self.emit(self._store(j, t))
         self.emit(f"tl.atomic_xchg({counter}, 0)")  # ready for the next launch
