@@ -196,3 +196,25 @@ def test_nchw_values_stored_channels_last_are_reduced_as_columns(shape: tuple[in
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert got[0].is_contiguous()  # outputs stay contiguous
     assert kernel(*[a.contiguous() for a in args])[1].allclose(want[1], rtol=1e-5, atol=1e-5)  # and NCHW reads
+
+
+def test_batch_norm_statistics_of_channels_last_values_are_reduced_as_columns() -> None:
+    # the decomposed statistics read x twice: shifted at every element, and its first element per channel
+    # through a slice (the shift); the slice must not hide x's layout
+    shape, c = (4, 24, 5, 7), 24
+    g = og.Graph()
+    x = g.placeholder(shape, og.float32)
+    shift = g.slice(x, [0, 0, 0, 0], [1, c, 1, 1], [1, 1, 1, 1])
+    d = x - shift
+    outs = [g.reduce_sum(d, [0, 2, 3]), g.reduce_sum(d * d, [0, 2, 3])]
+    ops, ins = region_of(outs)
+    kernel = region_kernel(ops, ins, outs)
+    assert kernel.aligned == (ins.index(x),)
+    xv = (torch.randn(shape, generator=torch.Generator().manual_seed(2)) + 5).contiguous(
+        memory_format=torch.channels_last)
+    got = kernel(*[xv if t is x else t.op.payload for t in ins])
+    (variant,) = kernel._strided.values()
+    assert variant.config.xblock >= 16, variant.config
+    dv = xv - xv[:1, :, :1, :1]
+    for a, b in zip(got, [dv.sum((0, 2, 3)), (dv * dv).sum((0, 2, 3))], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)

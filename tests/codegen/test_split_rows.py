@@ -16,6 +16,7 @@ import torch
 pytest.importorskip("triton")
 
 import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.expr import NotExpressible  # noqa: E402
 from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
 from opgraph.codegen.triton.region import Config  # noqa: E402
 from tests.codegen.test_region_gpu import CASES  # noqa: E402
@@ -56,3 +57,16 @@ def test_looped_split_rows_match_unfused(case: str, split: int, rblock: int) -> 
                         descriptor=og.CompilationDescriptor(fusion=False)).run([xv, wv])
     # atol: a few float32 steps at 1000 (the offset row's x - mean loses them in either summation order)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", ["integers", "two_rows_a_program"])
+def test_split_rows_refused_where_they_cannot_meet(case: str) -> None:
+    # parts meet in a float32 workspace (an int32 sum of 2**24 + 1 values would round), one row a program
+    g = og.Graph()
+    x = g.placeholder((2, 64), og.int32 if case == "integers" else og.float32)
+    y = g.reduce_sum(x, [1])
+    ops, ins = region_of([y])
+    xblock = 2 if case == "two_rows_a_program" else 1
+    with pytest.raises(NotExpressible):
+        region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=xblock, rblock=16, looped=True,
+                                                   num_warps=4, split=4))

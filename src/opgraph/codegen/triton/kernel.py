@@ -148,15 +148,16 @@ class RegionKernel:
         return min(timed)[2] if timed else self
 
     def _inner_axis(self, inputs: Sequence[torch.Tensor]) -> int | None:
-        """The domain dim that the largest strided input read at the domain's index stores contiguously (the
-        channels of a channels-last tensor read as NCHW), or None: the last, as for contiguous inputs."""
-        strided = [inputs[i] for i in self.aligned if not inputs[i].is_contiguous()]
-        if not strided:
-            return None
-        x = max(strided, key=lambda t: t.numel())
-        dims = [k for k in range(x.dim()) if x.shape[k] > 1]
-        inner = min(dims, key=x.stride, default=None)
-        return None if inner is None or inner == x.dim() - 1 or x.stride(inner) != 1 else inner
+        """The domain dim that most bytes of the inputs read at the domain's index store contiguously (the
+        channels of channels-last tensors read as NCHW), or None: the last, as for contiguous inputs."""
+        votes: dict[int | None, int] = {}
+        for i in self.aligned:
+            x = inputs[i]
+            dims = [k for k in range(x.dim()) if x.shape[k] > 1]
+            inner = min(dims, key=x.stride, default=None)
+            key = None if inner is None or inner == x.dim() - 1 or x.stride(inner) != 1 else inner
+            votes[key] = votes.get(key, 0) + x.numel() * x.element_size()
+        return max(votes, key=lambda k: (votes[k], k is None)) if votes else None
 
     def _workspace(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Partials and barrier counters of a split reduction: allocated once per device and row count (the
@@ -259,10 +260,11 @@ def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _aligned_inputs(ops: Sequence[Operation], inputs: Sequence[Tensor], domain: Tensor) -> tuple[int, ...]:
-    """Inputs of the domain's shape that no injective op reads (a transpose or reshape inside the region would
-    map their dims to others of the domain)."""
-    through_views = {id(t) for op in ops if op.op.fusion is FusionKind.INJECTIVE for t in op.inputs}
-    return tuple(i for i, t in enumerate(inputs) if t.type.shape == domain.type.shape and id(t) not in through_views)
+    """Inputs of the domain's shape that some elementwise op or reduction reads directly (at the domain's index;
+    a read through a transpose or reshape inside the region maps their dims to others, a slice of the first
+    element, as a batch norm's shift, does not matter)."""
+    direct = {id(t) for op in ops if op.op.fusion is not FusionKind.INJECTIVE for t in op.inputs}
+    return tuple(i for i, t in enumerate(inputs) if t.type.shape == domain.type.shape and id(t) in direct)
 
 
 def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,

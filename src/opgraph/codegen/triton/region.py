@@ -647,6 +647,10 @@ class RegionEmitter:
                 n = self.reduced_count()
                 self.emit(f"chunk = (({n} + {cfg.split - 1}) // {cfg.split} + RBLOCK - 1) // RBLOCK * RBLOCK")
             elif cfg.split > 1:
+                if cfg.xblock != 1:
+                    raise NotExpressible("a split row is one row a program (XBLOCK 1)")
+                if not float32_statistics(self.reductions):  # the parts meet in a float32 workspace
+                    raise NotExpressible("a split row of integers or float64")
                 self.emit(f"row = {pid} // {cfg.split}")
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
