@@ -470,7 +470,6 @@ def test_inplace_row_output_of_a_looped_kernel() -> None:
     check(kernel(yv, sv), want)
 
 
-
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_row_outputs_are_stored_as_one_dimensional_rows(config: Config | None) -> None:
     # Triton 3.6 (sm_90) failed to compile a batch norm's statistics stored as [XBLOCK, 1] tiles next to their
@@ -485,6 +484,7 @@ def test_row_outputs_are_stored_as_one_dimensional_rows(config: Config | None) -
     xv = torch.randn(5, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     want_var = xv.var(-1, unbiased=False, keepdim=True)
     check(kernel(*args(inputs, {x: xv.float()})), [want_var.float(), (want_var + 1e-5).rsqrt().float()])
+
 
 # ---- NaN semantics ------------------------------------------------------------------------------------------
 SPECIAL = torch.tensor([[1.0, NAN, 3.0, -2.0, 0.5, 1.0, 2.0],
