@@ -209,7 +209,8 @@ def test_batch_norm_statistics_of_channels_last_values_are_reduced_as_columns() 
     outs = [g.reduce_sum(d, [0, 2, 3]), g.reduce_sum(d * d, [0, 2, 3])]
     ops, ins = region_of(outs)
     kernel = region_kernel(ops, ins, outs)
-    assert kernel.aligned == (ins.index(x),)
+    (only,) = [i for i, t in enumerate(ins) if t is x]
+    assert kernel.aligned == (only,)
     xv = (torch.randn(shape, generator=torch.Generator().manual_seed(2)) + 5).contiguous(
         memory_format=torch.channels_last)
     got = kernel(*[xv if t is x else t.op.payload for t in ins])
@@ -218,3 +219,17 @@ def test_batch_norm_statistics_of_channels_last_values_are_reduced_as_columns() 
     dv = xv - xv[:1, :, :1, :1]
     for a, b in zip(got, [dv.sum((0, 2, 3)), (dv * dv).sum((0, 2, 3))], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_only_inputs_read_at_the_domains_index_vote_for_its_memory_order() -> None:
+    # a square input read through a transpose has the domain's shape but not its index: it must not vote
+    g = og.Graph()
+    a, b = g.placeholder((8, 8), og.float32), g.placeholder((8, 8), og.float32)
+    y = g.reduce_sum(g.relu(g.transpose(a, [1, 0])) * b, [0])
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y])
+    (only,) = [i for i, t in enumerate(ins) if t is b]
+    assert kernel.aligned == (only,)
+    av, bv = (torch.randn(8, 8, generator=torch.Generator().manual_seed(k)) for k in (1, 2))
+    got = kernel(*[av.t().contiguous().t() if t is a else bv.t().contiguous().t() for t in ins])[0]
+    torch.testing.assert_close(got, (av.t().relu() * bv).sum(0), rtol=1e-5, atol=1e-5)

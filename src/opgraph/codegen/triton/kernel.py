@@ -260,11 +260,22 @@ def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _aligned_inputs(ops: Sequence[Operation], inputs: Sequence[Tensor], domain: Tensor) -> tuple[int, ...]:
-    """Inputs of the domain's shape that some elementwise op or reduction reads directly (at the domain's index;
-    a read through a transpose or reshape inside the region maps their dims to others, a slice of the first
-    element, as a batch norm's shift, does not matter)."""
-    direct = {id(t) for op in ops if op.op.fusion is not FusionKind.INJECTIVE for t in op.inputs}
-    return tuple(i for i, t in enumerate(inputs) if t.type.shape == domain.type.shape and id(t) in direct)
+    """Inputs read at the domain's own index: reached from the reductions' inputs and the domain-shaped outputs
+    through elementwise ops alone (a transpose or reshape on the way maps their dims to others; a batch norm's
+    shift, a slice of x's first element, is another read of x beside the aligned one)."""
+    made = {id(op.outputs[0]): op for op in ops}
+    starts = [op.inputs[0] for op in ops if op.op.fusion is FusionKind.REDUCTION]
+    stack = starts + [op.outputs[0] for op in ops if op.outputs[0].type.shape == domain.type.shape]
+    seen: set[int] = set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or t.type.shape != domain.type.shape:
+            continue
+        seen.add(id(t))
+        op = made.get(id(t))
+        if op is not None and op.op.fusion is FusionKind.ELEMENTWISE:
+            stack.extend(op.inputs)
+    return tuple(i for i, t in enumerate(inputs) if id(t) in seen)
 
 
 def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], *,
