@@ -42,7 +42,8 @@ def _step(backend: str, channels: int, x: torch.Tensor, grad: torch.Tensor, conv
     layers = [torch.nn.BatchNorm2d(channels), torch.nn.ReLU()]
     if conv:  # as inside a network: opgraph's layout pass then makes the batch norm NHWC
         layers.insert(0, torch.nn.Conv2d(channels, channels, 1, bias=False))
-    module = torch.nn.Sequential(*layers).cuda().to(memory_format=torch.channels_last)  # float32, as autocast
+    module = torch.nn.Sequential(*layers).cuda()  # float32, as autocast
+    module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (the stubs lack it)
     run: Callable[[torch.Tensor], torch.Tensor] = module
     if backend == "inductor":
         run = torch.compile(module)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=128, help="images a batch")
     p.add_argument("--dtypes", default="float32,bfloat16", help=f"of {', '.join(DTYPES)} (the activations' dtype)")
-    p.add_argument("--shapes", default=",".join(f"{c}x{s}" for c, s in SHAPES),
+    p.add_argument("--shapes", type=fusion.channel_shapes, default=list(SHAPES),
                    help="CxS pairs: C channels of S x S (comma-separated)")
     p.add_argument("--backends", default=",".join(BACKENDS), help=f"of {', '.join(BACKENDS)}")
     p.add_argument("--repeats", type=int, default=15, help="timed steps of each backend")
@@ -78,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = args.dtypes.split(",")
     if set(backends) - set(BACKENDS) or set(dtypes) - set(DTYPES):
         p.error(f"backends from {', '.join(BACKENDS)}, dtypes from {', '.join(DTYPES)}")
-    try:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    except ValueError:
-        p.error(f"--shapes takes CxS pairs, got {args.shapes!r}")
+    shapes = args.shapes
     warnings.simplefilter("ignore")
     dev = og.device("cuda")
     ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")

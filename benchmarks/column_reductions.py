@@ -118,7 +118,8 @@ def describe(c: Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=128, help="images a batch")
-    p.add_argument("--shapes", default="64x56,512x28", help="CxS pairs: C channels of S x S (comma-separated)")
+    p.add_argument("--shapes", type=fusion.channel_shapes, default=[(64, 56), (512, 28)],
+                   help="CxS pairs: C channels of S x S (comma-separated)")
     p.add_argument("--dtypes", default="float32,bfloat16", help=f"of {', '.join(DTYPES)} (the activations' dtype)")
     p.add_argument("--regions", default=",".join(REGIONS), help=f"of {', '.join(REGIONS)}")
     p.add_argument("--top", type=int, default=5, help="configurations listed per case (fastest first)")
@@ -129,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes, regions = args.dtypes.split(","), args.regions.split(",")
     if set(dtypes) - set(DTYPES) or set(regions) - set(REGIONS):
         p.error(f"dtypes from {', '.join(DTYPES)}, regions from {', '.join(REGIONS)}")
-    try:
-        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    except ValueError:
-        p.error(f"--shapes takes CxS pairs, got {args.shapes!r}")
-    if any(len(s) != 2 for s in shapes):
-        p.error(f"--shapes takes CxS pairs, got {args.shapes!r}")
+    shapes = args.shapes
     dev = og.device("cuda")
     ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
     copy = fusion.copy_bandwidth(ctx)["best_gbps"]

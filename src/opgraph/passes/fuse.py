@@ -43,7 +43,7 @@ from .program import Program
 from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
-SHORT_COLUMN = 64  # a column reduction this short keeps its columns in registers (codegen's configs): one region
+SHORT_COLUMN = 64  # a column reduction this short keeps its columns in registers (triton/configs.py reads it)
 SMALL_READ_RATIO = 16  # a value read outside a region this many times smaller than its largest seals nothing
 MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
 # ... and only these, a few instructions each (no transcendental functions)

@@ -14,9 +14,9 @@ from ...core.dtype import DType
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from . import indexing as ix
+from .indexing import Index
 from .reductions import REDUCTIONS
 
-Index = tuple[str, ...]
 NEUTRAL = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")'}
 INT_NEUTRAL = {"sum": "0", "prod": "1", "max": "-2147483648", "min": "2147483647"}
 
@@ -33,6 +33,8 @@ def kernel_name(ops: Sequence[Operation]) -> str:
             names.append(op.op.name)
     tail = re.sub(r"\W", "_", "_".join(names))[:80].rstrip("_")  # an identifier whatever the op names
     return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
+
+
 MAX_BARRIERS = 4  # statistics groups of a split reduction (layer_norm needs 2)
 WS_PARTS = 4  # statistics per group
 PARTS_AT_ONCE = 32  # partials of a split column reduction combined per step by its last part
@@ -80,7 +82,7 @@ def combine(kind: str, acc: str, v: str) -> str:
 
 
 def identifiers(expr: str) -> list[str]:
-    return re.findall(r"[A-Za-z_][A-Za-z_0-9]*", expr)
+    return NAME_PATTERN.findall(expr)
 
 
 def broadcasts(shape: Sequence[int | None], to: Sequence[int | None]) -> bool:

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...passes.fuse import SHORT_COLUMN
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -49,7 +51,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
     inner_reduced = em.inner_axis in em.raxes
     looped = Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)
     if not inner_reduced:  # column reductions: rows of the tile run along the contiguous dim
-        if rnumel is not None and rnumel <= 64:
+        if rnumel is not None and rnumel <= SHORT_COLUMN:  # the columns in registers (region formation agrees)
             rblock = max(2, 1 << (rnumel - 1).bit_length())
             return [Config(reduction=True, xblock=max(1, min(128, 4096 // rblock)), rblock=rblock, num_warps=4)]
         out = [Config(reduction=True, xblock=64, rblock=32, looped=True, num_warps=8),
@@ -63,7 +65,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
                 splits: list[Config] = []
                 # four to eight programs a multiprocessor won every NHWC batch-norm sum (statistics and the
-                # backward's, float32 and bfloat16) on the H200 (benchmarks/column_reductions.py); two before
+                # backward's, float32 and bfloat16) on the H200; two before (benchmarks/RESULTS.md, sixth session)
                 for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (64, 32, 4), (32, 32, 4), (32, 32, 8)):
                     split = _column_split(kept, xblock, rnumel, rblock, per_sm * sms)
                     cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)

@@ -21,11 +21,10 @@ from ...ops import gradient_support as gs
 from ...ops import nn, norm
 from ...ops import reduce as rd
 from .expr import NotExpressible, compute_type, literal
+from .indexing import Index
 
 if TYPE_CHECKING:
     from .region import RegionEmitter
-
-Index = tuple[str, ...]
 
 
 @dataclass(frozen=True)

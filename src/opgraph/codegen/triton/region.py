@@ -49,9 +49,8 @@ from ._text import (
 )
 from .configs import Config, candidate_configs, default_config, float32_statistics
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
+from .indexing import Index
 from .reductions import REDUCTIONS
-
-Index = tuple[str, ...]
 
 
 @dataclass
@@ -516,8 +515,8 @@ class RegionEmitter:
         self.emit(f"if tl.atomic_add({counter}, 1) == {split - 1}:")
         scope = _Scope(mask=self.scope.mask, parent=self.scope, indent=self.scope.indent + "    ")
         self.scope = scope
-        # the parts' partials, PARTS_AT_ONCE at a time (a [XBLOCK, split] tile of 1024 parts spilled registers),
-        # in the same order on every launch: the same sums
+        # the parts' partials, PARTS_AT_ONCE at a time (a [XBLOCK, split] tile of 1024 parts is 512 values a
+        # thread of 4 warps), in the same order on every launch: the same sums
         step = min(split, PARTS_AT_ONCE)
         accs = [self.fresh("acc") for _ in self.partials]
         for acc, (_, kind, _) in zip(accs, self.partials, strict=True):
@@ -551,6 +550,11 @@ class RegionEmitter:
         name = self.fresh("s")
         self.emit(f"{name} = {TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
+
+    def _emit_chunk(self) -> None:
+        """``chunk``: the reduced elements each of the ``split`` parts walks, in whole ``RBLOCK`` steps."""
+        split = self.config.split
+        self.emit(f"chunk = (({self.reduced_count()} + {split - 1}) // {split} + RBLOCK - 1) // RBLOCK * RBLOCK")
 
     def open_loop(self) -> _Scope:
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
@@ -644,8 +648,7 @@ class RegionEmitter:
                 self.emit(f"tile = {pid} // {cfg.split}")
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = tile * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
-                n = self.reduced_count()
-                self.emit(f"chunk = (({n} + {cfg.split - 1}) // {cfg.split} + RBLOCK - 1) // RBLOCK * RBLOCK")
+                self._emit_chunk()
             elif cfg.split > 1:
                 if cfg.xblock != 1:
                     raise NotExpressible("a split row is one row a program (XBLOCK 1)")
@@ -655,8 +658,7 @@ class RegionEmitter:
                 self.emit(f"part = {pid} % {cfg.split}")
                 self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
                 if cfg.looped:  # each part walks its chunk of the row (re-read from L2 in the final pass)
-                    n = self.reduced_count()
-                    self.emit(f"chunk = (({n} + {cfg.split - 1}) // {cfg.split} + RBLOCK - 1) // RBLOCK * RBLOCK")
+                    self._emit_chunk()
             else:
                 self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
             self.emit(f"xmask = xi < {xnumel}")
