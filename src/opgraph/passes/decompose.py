@@ -12,9 +12,10 @@ decomposition needs are static; otherwise it is left for its own lowering.
 * ``softmax_cross_entropy(logits, labels)``: ``-sum(w * log_softmax(logits))`` over the class axis, with
   ``w`` the (smoothed) one-hot of class-index labels, written ``select(coordinate == label, ...)``, or the
   (smoothed) probability labels; one region over the logits' shape, then the batch ``reduce_mean``/``reduce_sum``.
-* ``batch_norm_training(x)`` (only with ``CompilationDescriptor(batch_norm_regions=True)``: the vendor kernel is
-  the default): two sums of ``x`` shifted by its first element per channel (one reduction region, a column
-  reduction for NHWC), then the normalisation, which joins the elementwise ops after it (the ReLU).
+* ``batch_norm_training(x)`` (where ``batch_norm`` asks for it: ``CompilationDescriptor.batch_norm_regions``
+  chooses between this and the vendor kernel): two sums of ``x`` shifted by its first element per channel (one
+  reduction region, a column reduction for NHWC), then the normalisation, which joins the elementwise ops after
+  it (the ReLU).
 
 16-bit inputs compute in float32 and round once at the end, as the ops' own lowerings do. A region grows from
 the producers of an op (``passes.fuse``), so a value that no op of the region produces (the class coordinates,
@@ -246,6 +247,8 @@ def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] 
             b.reshape(var, c, part="batch_variance")]
 
 
+BatchNormChoice = bool | Callable[[Operation], bool]  # which batch_norm_training ops to decompose
+
 DECOMPOSITIONS: dict[OpDef, Decomposition] = {
     norm.GROUP_NORM: _group_norm,
     SOFTMAX_CROSS_ENTROPY: _cross_entropy,
@@ -254,10 +257,11 @@ DECOMPOSITIONS: dict[OpDef, Decomposition] = {
 
 
 def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool] | None = None,
-                         batch_norm: bool = False) -> Program:
+                         batch_norm: BatchNormChoice = False) -> Program:
     """``program`` with each op of ``DECOMPOSITIONS`` that ``can_fuse`` refuses (all, without it) rewritten into
     ops the region generator writes; ops whose shapes do not allow it are kept. The program itself when
-    nothing is decomposed. ``batch_norm``: ``batch_norm_training`` too (else it keeps its vendor kernel).
+    nothing is decomposed. ``batch_norm``: ``batch_norm_training`` too, all (``True``) or those it accepts (a
+    predicate); the others keep their vendor kernel.
 
     >>> import opgraph as og
     >>> from opgraph.passes.program import Program
@@ -269,8 +273,12 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
     >>> out.outputs[0].name
     'gn'
     """
-    table = DECOMPOSITIONS if batch_norm else {k: v for k, v in DECOMPOSITIONS.items() if k is not BATCH_NORM_TRAINING}
-    chosen = [o for o in program.graph.ops if o.op in table and (can_fuse is None or not can_fuse(o))]
+    def wanted(o: Operation) -> bool:
+        if o.op is BATCH_NORM_TRAINING:
+            return batch_norm(o) if callable(batch_norm) else batch_norm
+        return o.op in DECOMPOSITIONS
+
+    chosen = [o for o in program.graph.ops if wanted(o) and (can_fuse is None or not can_fuse(o))]
     if not chosen:
         return program
     ids = {id(o) for o in chosen}

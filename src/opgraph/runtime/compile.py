@@ -22,6 +22,7 @@ from ..passes import (
     rewrite,
     run_pipeline,
 )
+from ..passes.decompose import BatchNormChoice
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,10 @@ class CompilationDescriptor:
     step on an H200 is 1.14x / 1.24x faster than in NCHW, float32 / bfloat16); ``False``: never.
     ``batch_norm_regions``: with fusion, ``batch_norm_training`` is computed in generated kernels (its statistics
     as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
-    vendor's batch-norm kernel (cuDNN) and a kernel per op after it. Off: on an H200 a ResNet-50 training step
-    ties in float32 and was 15% slower in bfloat16 (``benchmarks/RESULTS.md``, sixth session; re-measure after
-    the column-split and shift changes of that session).
+    vendor's batch-norm kernel (cuDNN) and a kernel per op after it. ``True``: every batch norm; ``None``
+    (default): on CUDA, those of 16-bit inputs (a bfloat16-autocast ResNet-50 training step on an H200: 26.65
+    against 30.01 ms; in float32 the two tie, 43.24 against 42.70 ms; ``benchmarks/RESULTS.md``, seventh
+    session); ``False``: none.
     """
 
     optimization_level: int = 1
@@ -69,7 +71,7 @@ class CompilationDescriptor:
     triton_interpret: bool = False
     matmul_epilogues: bool = True
     channels_last: bool | None = None
-    batch_norm_regions: bool = False
+    batch_norm_regions: bool | None = None
 
     def __post_init__(self) -> None:
         from ..core.errors import AttributeValueError
@@ -137,6 +139,25 @@ def select_and_specialize(graph: GraphCore, feeds: Mapping[Tensor, TensorType], 
     return rewrite(roots, specialize)  # type: ignore[arg-type]
 
 
+def batch_norm_regions(descriptor: CompilationDescriptor, device_kind: str) -> BatchNormChoice:
+    """Which ``batch_norm_training`` ops region formation decomposes into generated kernels (see the
+    descriptor's ``batch_norm_regions``).
+
+    >>> choice = batch_norm_regions(CompilationDescriptor(), "cuda")
+    >>> import opgraph as og
+    >>> g = og.Graph()
+    >>> x = g.placeholder((8, 4, 5, 5), og.bfloat16)
+    >>> y, _, _ = g.batch_norm_training(x, axis=1)
+    >>> choice(y.op), batch_norm_regions(CompilationDescriptor(), "cpu")
+    (True, False)
+    """
+    if descriptor.batch_norm_regions is not None:
+        return descriptor.batch_norm_regions
+    if device_kind != "cuda":
+        return False
+    return lambda op: op.inputs[0].dtype.itemsize == 2
+
+
 def _check_interpreter_possible() -> None:
     """Triton decides at import whether its own library functions (tl.sum, tl.max ...) are interpreted: once
     imported for a GPU (torch.compile imports it), kernels cannot switch to the interpreter in this process."""
@@ -173,7 +194,8 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         from ..codegen.triton.fused import can_emit, can_fuse, reduced_axes
         from ..passes.fuse import fuse_regions
 
+        batch_norm = batch_norm_regions(descriptor, device_kind)
         passes.append(Pass("fuse_regions", lambda p: fuse_regions(p, can_fuse, reduced_axes, can_emit,
-                                                                  batch_norm=descriptor.batch_norm_regions)))
+                                                                  batch_norm=batch_norm)))
     program = run_pipeline(program, passes, descriptor.verify_each_pass, log)
     return program, log
