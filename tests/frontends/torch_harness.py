@@ -110,11 +110,13 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def check_training_against_float64(model: torch.nn.Module, *inputs: torch.Tensor, factor: float = 8.0,
-                                   floor: float = 1e-4, allow: Sequence[str] = ()) -> list[GraphReport]:
+                                   floor: float = 1e-4, allow: Sequence[str] = (),
+                                   autocast: bool = False) -> list[GraphReport]:
     """One training step of the compiled module against eager float64 as the oracle: the loss, every gradient,
     buffer and SGD-updated parameter of opgraph may be at most ``factor`` times as far (relative L2 error) from
     float64 as eager PyTorch's at the model's precision, or within ``floor``. For deep models where rounding
-    alone moves individual gradient elements of float32 more than a fixed tolerance allows."""
+    alone moves individual gradient elements of float32 more than a fixed tolerance allows. ``autocast``: opgraph
+    and eager step under bfloat16 autocast (the oracle still in float64)."""
     loss = (lambda out: out.double().square().mean())
     runs = {}
     reports: list[GraphReport] = []
@@ -124,14 +126,17 @@ def check_training_against_float64(model: torch.nn.Module, *inputs: torch.Tensor
         if name == "float64":
             m, xs = m.double(), tuple(x.double() if x.is_floating_point() else x for x in inputs)
         fn = m
+        cast = torch.autocast(xs[0].device.type, dtype=torch.bfloat16, enabled=autocast and name != "float64")
         if name == "opgraph":
             with recording() as reports, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fn = compiled(m)
-                value = loss(fn(*xs))
+                with cast:
+                    value = loss(fn(*xs))
                 value.backward()
         else:
-            value = loss(fn(*xs))
+            with cast:
+                value = loss(fn(*xs))
             value.backward()
         grads = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in m.named_parameters()}
         buffers = {k: b for k, b in m.named_buffers() if b.is_floating_point()}
