@@ -84,6 +84,76 @@ def test_an_input_on_a_branch_without_convolutions_is_left_as_it_is() -> None:
     assert not any(name.startswith("u.") for name in _transposes(exe))  # read in NHWC order it would be strided
 
 
+def test_inputs_stored_channels_last_are_read_nhwc_without_convolutions() -> None:
+    """A batch norm, a ReLU and a spatial mean of an input stored channels-last: all on its NHWC view, the
+    results back as channels-last views (eager's layout). A pooling of an input not so stored is left alone."""
+    g = og.Graph()
+    x = g.placeholder((N, C, H, W), og.float64, name="x")
+    u = g.placeholder((N, C, 4, 4), og.float64, name="u")
+    y, mean, var = g.batch_norm_training(x, axis=1)
+    r = g.relu(y)
+    pooled = g.relu(g.max_pool2d(u, og.Pooling2dDescriptor(kernel_width=2, kernel_height=2, stride_in_x=2,
+                                                             stride_in_y=2)))
+    targets = [r, g.reduce_mean(r, [2, 3]), mean, var, pooled]
+    xv = torch.randn(N, C, H, W, dtype=torch.float64).to(memory_format=torch.channels_last)
+    uv = torch.randn(N, C, 4, 4, dtype=torch.float64)
+    types = {x: x.type, u: u.type}
+    stored = og.CompilationDescriptor(channels_last=True, verify_each_pass=True, fusion=False,
+                                      channels_last_inputs=(0,))
+    exe = g.compile(types, targets, device="cpu", descriptor=stored)
+    want = g.compile(types, targets, device="cpu", descriptor=OFF).run([xv, uv])
+    got = exe.run([xv, uv])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert [o.attrs.axis for o in exe.program.graph.ops if o.op.name == "batch_norm_training"] == [3]
+    assert got[0].is_contiguous(memory_format=torch.channels_last) and not got[0].is_contiguous()
+    assert not any(name.startswith(("u.", "max_pool2d")) for name in _transposes(exe)), _transposes(exe)
+    # declared but not so stored: the same values, read across memory
+    torch.testing.assert_close(exe.run([xv.contiguous(), uv])[0], want[0], rtol=1e-12, atol=1e-12)
+    plain = g.compile(types, targets, device="cpu", descriptor=ON)  # nothing declared: nothing changes
+    assert _transposes(plain) == []
+
+
+def test_channels_last_inputs_must_be_positions() -> None:
+    with pytest.raises(og.OpgraphError, match="channels_last_inputs"):
+        og.CompilationDescriptor(channels_last_inputs=[0])  # type: ignore[arg-type]
+    with pytest.raises(og.OpgraphError, match="channels_last_inputs"):
+        og.CompilationDescriptor(channels_last_inputs=(-1,))
+
+
+@pytest.mark.parametrize("bn_regions", [False, True], ids=["vendor", "regions"])
+def test_a_batch_norm_alone_on_channels_last_activations_trains_nhwc(bn_regions: bool) -> None:
+    """The graph of a batch norm and ReLU without a convolution (a graph break, or ``benchmarks/batch_norm.py``):
+    the backend names its channels-last inputs, so both graphs compute NHWC and return channels-last results, as
+    eager does; the step matches eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(8), torch.nn.ReLU()).double()
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 8, 5, 6, dtype=torch.float64).to(memory_format=torch.channels_last)
+    grad = torch.randn(4, 8, 5, 6, dtype=torch.float64).to(memory_format=torch.channels_last)
+    compiled = torch.compile(model, backend="opgraph", dynamic=False, options={
+        "channels_last": True, "triton_interpret": True, "warn_fallbacks": False, "batch_norm_regions": bn_regions})
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+    with recording() as reports:
+        y = compiled(xs[0])
+        y.backward(grad)
+    want = twin(xs[1])
+    want.backward(grad)
+    torch.testing.assert_close(y, want, rtol=1e-10, atol=1e-10)
+    assert y.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(memory_format=torch.channels_last)
+    assert xs[0].grad is not None and xs[1].grad is not None
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-10, atol=1e-10)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(model[0].running_var, twin[0].running_var, rtol=1e-12, atol=1e-12)
+    for r in reports:  # every graph reads its activations through NHWC views
+        names = [o.op.name for o in r.executable.program.graph.ops]
+        assert "transpose" in names, (r.kind, names)
+        for o in r.executable.program.graph.ops:
+            if o.op.name in ("batch_norm_training", "batch_norm_training_gradient"):
+                assert o.attrs.axis == 3, (r.kind, o)
+
+
 def test_a_variable_read_after_an_assign_keeps_its_old_value() -> None:
     # a view of the variable made for its first reader must not serve a reader after the assign
     g = og.Graph()

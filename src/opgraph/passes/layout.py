@@ -19,6 +19,12 @@ tensor to change its layout, except for the convolutions themselves: the NHWC lo
 channels-last tensor, copying one stored NCHW (a graph's images, in the forward and again for the weight
 gradient).
 
+Inputs known to be stored channels-last (``CompilationDescriptor.channels_last_inputs``; the torch backend
+names the inputs whose example tensors are) are seeded too, in graphs without convolutions as well: a batch
+norm or a reduction of such an input then reads its storage in order, and the results leave as channels-last
+views, as eager PyTorch returns them. There, pooling results are seeded only when the pooling read a seeded
+value.
+
 Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``, the default: on CUDA).
 """
 
@@ -130,12 +136,16 @@ def _seeded_inputs(ops: Sequence[Operation]) -> set[int]:
     return seeded
 
 
-def channels_last(program: Program) -> Program:
-    """``program`` with its NCHW 2-D convolutions on NHWC tensors (unchanged when it has none)."""
+def channels_last(program: Program, stored_nhwc: Sequence[int] = ()) -> Program:
+    """``program`` with its NCHW 2-D convolutions on NHWC tensors, and the ops reading its inputs at the
+    positions ``stored_nhwc`` (stored channels-last) on their NHWC views; unchanged when it has neither."""
     ops = program.graph.ops
-    if not any(_is_nchw_conv(op) for op in ops):
+    convolutions = any(_is_nchw_conv(op) for op in ops)
+    stored = {id(t) for k, t in enumerate(program.inputs) if k in stored_nhwc and t.op.op is PLACEHOLDER
+              and t.rank == 4 and t.type.is_static}
+    if not convolutions and not stored:
         return program
-    w = _Walk(program, _seeded_inputs(ops))
+    w = _Walk(program, (_seeded_inputs(ops) if convolutions else set()) | stored, pools_follow_inputs=not convolutions)
     out = rewrite(program, w.visit)
     back = w.origin  # seeded values: the graph's own inputs and outputs stay the untransposed tensors
     return dead_code_elimination(Program(out.graph, [back.get(id(t), t) for t in out.inputs],
@@ -147,9 +157,10 @@ class _Walk:
     seeded value (a transpose of a transpose) to the tensor it stands for; ``seeded``: the graph inputs to seed
     (ids of the old graph's tensors)."""
 
-    def __init__(self, program: Program, seeded: set[int]) -> None:
+    def __init__(self, program: Program, seeded: set[int], pools_follow_inputs: bool = False) -> None:
         self.taken = {o.name for o in program.graph.ops}
         self.seeded = seeded
+        self.pools_follow_inputs = pools_follow_inputs  # seed a pooling's results only if it read a seeded value
         self.pending: dict[int, tuple[Tensor, Perm]] = {}
         self.origin: dict[int, Tensor] = {}
         self.unders: dict[tuple[int, Perm], Tensor | None] = {}  # made once per value and perm
@@ -203,7 +214,8 @@ class _Walk:
             return [self.seed(self._copy(op, ins).outputs[0], op.name)]
         if _is_nchw_conv(op):
             return self._conv(op, ins)
-        if op.op in _POOLS and all(t.type.is_static for t in op.outputs):
+        if op.op in _POOLS and all(t.type.is_static for t in op.outputs) and (
+                not self.pools_follow_inputs or any(id(t) in self.pending for t in ins)):
             made = self._copy(op, ins)
             return [self.seed(t, f"{op.name}.{k}") if t.rank == 4 else t for k, t in enumerate(made.outputs)]
         carried = self._carry(op, ins)

@@ -54,6 +54,10 @@ class CompilationDescriptor:
     ``channels_last``: 2-D convolutions and the ops between them compute on NHWC tensors (``passes.layout``;
     cuDNN's fast kernels are NHWC). ``True``: on every device; ``None`` (default): on CUDA (a ResNet-50 training
     step on an H200 is 1.14x / 1.24x faster than in NCHW, float32 / bfloat16); ``False``: never.
+    ``channels_last_inputs``: positions of the executable's inputs (in feed order) stored channels-last, as
+    ``torch.channels_last`` stores an NCHW tensor (the torch backend fills it in from its example inputs). With
+    the layout pass on, they are read through NHWC views, in graphs without convolutions too, so batch norms,
+    reductions and elementwise ops on them walk memory in order and their results come back channels-last.
     ``batch_norm_regions``: with fusion, ``batch_norm_training`` is computed in generated kernels (its statistics
     as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
     vendor's batch-norm kernel (cuDNN) and a kernel per op after it. ``True``: every batch norm; ``None``
@@ -71,6 +75,7 @@ class CompilationDescriptor:
     triton_interpret: bool = False
     matmul_epilogues: bool = True
     channels_last: bool | None = None
+    channels_last_inputs: tuple[int, ...] = ()
     batch_norm_regions: bool | None = None
 
     def __post_init__(self) -> None:
@@ -81,6 +86,10 @@ class CompilationDescriptor:
                                       f"got {self.optimization_level!r}")
         if self.constant_fold_limit < 0:
             raise AttributeValueError("CompilationDescriptor: constant_fold_limit must be >= 0")
+        if not isinstance(self.channels_last_inputs, tuple) or not all(
+                isinstance(k, int) and k >= 0 for k in self.channels_last_inputs):
+            raise AttributeValueError(f"CompilationDescriptor: channels_last_inputs must be a tuple of input "
+                                      f"positions (ints >= 0), got {self.channels_last_inputs!r}")
 
     def passes(self) -> list[Pass]:
         if self.optimization_level == 0:
@@ -182,7 +191,8 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
                                                (descriptor.channels_last is None and device_kind == "cuda")):
         from ..passes.layout import channels_last
 
-        passes.append(Pass("channels_last", channels_last))
+        stored = descriptor.channels_last_inputs
+        passes.append(Pass("channels_last", lambda p: channels_last(p, stored)))
     if descriptor.fusion and descriptor.matmul_epilogues and descriptor.optimization_level >= 1:
         from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
 

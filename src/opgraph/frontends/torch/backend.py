@@ -122,7 +122,11 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
         return _boxed_eager(gm)
     dev = og_device(str(_device_of(example_inputs)))
     targets = [t for t in tr.outputs if isinstance(t, Tensor)]
-    exe = tr.graph.compile({t: t.type for t in tr.inputs}, targets, device=dev, descriptor=options.descriptor())
+    descriptor = options.descriptor()
+    stored = _channels_last_inputs([example_inputs[i] for i in tr.tensor_inputs])
+    if stored:
+        descriptor = dataclasses.replace(descriptor, channels_last_inputs=stored)
+    exe = tr.graph.compile({t: t.type for t in tr.inputs}, targets, device=dev, descriptor=descriptor)
     if tr.fallbacks and options.warn_fallbacks:
         listed = ", ".join(f"{name} x{n} ({tr.reasons[name]})" for name, n in tr.fallbacks.most_common())
         warnings.warn(f"opgraph: {sum(tr.fallbacks.values())} of {nodes} ATen ops in a {kind} graph run as "
@@ -135,6 +139,13 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
     return _boxed(exe, tr, _dense_outputs(tr, kind))
+
+
+def _channels_last_inputs(values: Sequence[Any]) -> tuple[int, ...]:
+    """Positions of the 4-d tensors stored channels-last and not also contiguous (Dynamo guards on strides, so
+    every call of the graph stores them the same way)."""
+    return tuple(k for k, v in enumerate(values) if isinstance(v, torch.Tensor) and v.dim() == 4
+                 and v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous())
 
 
 def _dense_outputs(tr: Translation, kind: str) -> set[int]:
