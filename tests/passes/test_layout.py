@@ -6,6 +6,7 @@ interpreter)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from unittest import mock
 
 import pytest
@@ -24,9 +25,10 @@ N, C, H, W = 2, 4, 5, 6
 PAD = og.Conv2dDescriptor(padding_left=1, padding_right=1, padding_top=1, padding_bottom=1)
 
 
-def _check(g: og.Graph, feeds: dict[og.Tensor, torch.Tensor], targets: list[og.Tensor]) -> og.Executable:
+def _check(g: og.Graph, feeds: dict[og.Tensor, torch.Tensor], targets: list[og.Tensor],
+           on_descriptor: og.CompilationDescriptor = ON) -> og.Executable:
     types = {t: t.type for t in feeds}
-    on = g.compile(types, targets, device="cpu", descriptor=ON)
+    on = g.compile(types, targets, device="cpu", descriptor=on_descriptor)
     off = g.compile(types, targets, device="cpu", descriptor=OFF)
     got, want = on.run(list(feeds.values())), off.run(list(feeds.values()))
     for a, b in zip(got, want, strict=True):
@@ -176,15 +178,22 @@ _OPERANDS = ["scalar", "channel", "channel4", "sample", "leaf", "computed"]
 @given(operands=st.lists(st.sampled_from(_OPERANDS), min_size=1, max_size=4),
        tail=st.sampled_from(["none", "reduce", "transpose", "conv", "concat", "slice", "pad"]),
        axes=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True), keepdims=st.booleans(),
-       perm=st.permutations(range(4)))
+       perm=st.permutations(range(4)), head=st.sampled_from(["conv", "stored"]))
 def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: list[int], keepdims: bool,
-                                          perm: list[int]) -> None:
+                                          perm: list[int], head: str) -> None:
     """Elementwise ops whose other operand is cheap to see NHWC (a scalar, a per-channel or per-sample value, a
     broadcast, a graph input) or not (a value computed in NCHW), then a reduction, a transpose or a convolution:
-    the same values with the pass as without."""
+    the same values with the pass as without. They follow a convolution, or (``stored``) read an input stored
+    channels-last, declared so (``channels_last_inputs``)."""
     g = og.Graph()
     x, w, feeds = _image(g)
-    y = g.conv2d(x, w, PAD)
+    descriptor = ON
+    if head == "conv":
+        y = g.conv2d(x, w, PAD)
+    else:
+        y = g.placeholder((N, C, H, W), og.float64, name="s")
+        feeds[y] = torch.randn(N, C, H, W, dtype=torch.float64).to(memory_format=torch.channels_last)
+        descriptor = dataclasses.replace(ON, channels_last_inputs=(2,))
     for k, kind in enumerate(operands):
         if kind == "scalar":
             other = g.constant(1.5, og.float64)
@@ -219,7 +228,7 @@ def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: 
     elif tail == "pad":
         mode = og.PaddingMode.REFLECT if keepdims else og.PaddingMode.CONSTANT
         y = g.pad(g.sin(y), mode, [0, 1, 2, 1], [1, 0, 1, 2], 0.5)
-    _check(g, feeds, [y])
+    _check(g, feeds, [y] if head == "conv" else [y, g.reduce_sum(x, [1])], descriptor)  # x, w still fed
 
 
 class _Dense(torch.nn.Module):
