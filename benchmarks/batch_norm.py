@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default=",".join(BACKENDS), help=f"of {', '.join(BACKENDS)}")
     p.add_argument("--repeats", type=int, default=15, help="timed steps of each backend")
     p.add_argument("--conv", action="store_true",
-                   help="a 1x1 convolution first (every backend): the batch norm as inside a network; both "
-                        "compute NHWC in opgraph (alone: its channels-last inputs are read as NHWC views)")
+                   help="a 1x1 convolution first (every backend): the batch norm as inside a network (alone, "
+                        "opgraph reads its channels-last inputs through NHWC views)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device (cuDNN's batch norm is the reference)")

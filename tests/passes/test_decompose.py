@@ -451,7 +451,7 @@ def test_batch_norm_is_a_statistics_region_and_a_normalisation_region(shape: tup
     torch.testing.assert_close(got[2].double(), up[0].var(dims, unbiased=False), rtol=1e-5, atol=0.0)
 
 
-def test_batch_norm_keeps_its_vendor_kernel_by_default_and_with_dynamic_dims() -> None:
+def test_batch_norm_keeps_its_vendor_kernel_on_the_cpu_by_default_and_with_dynamic_dims() -> None:
     g, feeds, outs = _bn_graph((8, 4, 3, 3), 1, True, og.float32)
     assert "batch_norm_training" in _names(g.compile({t: t.type for t in feeds}, outs, device="cpu", descriptor=FUSED))
     g, feeds, outs = _bn_graph((None, 4, 3, 3), 1, True, og.float32)  # type: ignore[arg-type]

@@ -116,11 +116,39 @@ def test_inputs_stored_channels_last_are_read_nhwc_without_convolutions() -> Non
     assert _transposes(plain) == []
 
 
+def test_stored_weights_and_transposed_pooling_inputs_are_not_seeded() -> None:
+    """A channels-last model's weights are stored channels-last too: the convolution takes them as they are (no
+    pair of transposes). A pooling of a stored input transposed by the graph itself (H and W swapped: not NHWC
+    storage) does not seed its results."""
+    g = og.Graph()
+    x, w, feeds = _image(g)
+    s = g.placeholder((N, C, 4, 4), og.float64, name="s")
+    feeds[x] = feeds[x].to(memory_format=torch.channels_last)
+    feeds[w] = feeds[w].to(memory_format=torch.channels_last)
+    feeds[s] = torch.randn(N, C, 4, 4, dtype=torch.float64).to(memory_format=torch.channels_last)
+    pool = og.Pooling2dDescriptor(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2)
+    pooled = g.relu(g.max_pool2d(g.transpose(g.sin(s), [0, 1, 3, 2]), pool))
+    exe = _check(g, feeds, [g.conv2d(x, w, PAD), pooled], dataclasses.replace(ON, channels_last_inputs=(0, 1, 2)))
+    names = _transposes(exe)
+    assert not any(n.startswith("w.") for n in names) and not any(n.startswith("max_pool2d") for n in names), names
+    conv_free = og.Graph()  # the same pooling path alone: the pool-follows-inputs rule of conv-free graphs
+    s2 = conv_free.placeholder((N, C, 4, 4), og.float64, name="s")
+    pooled2 = conv_free.relu(conv_free.max_pool2d(conv_free.transpose(conv_free.sin(s2), [0, 1, 3, 2]), pool))
+    exe = _check(conv_free, {s2: feeds[s]}, [pooled2], dataclasses.replace(ON, channels_last_inputs=(0,)))
+    assert not any(n.startswith("max_pool2d") for n in _transposes(exe)), _transposes(exe)
+
+
 def test_channels_last_inputs_must_be_positions() -> None:
     with pytest.raises(og.OpgraphError, match="channels_last_inputs"):
         og.CompilationDescriptor(channels_last_inputs=[0])  # type: ignore[arg-type]
     with pytest.raises(og.OpgraphError, match="channels_last_inputs"):
         og.CompilationDescriptor(channels_last_inputs=(-1,))
+    with pytest.raises(og.OpgraphError, match="channels_last_inputs"):
+        og.CompilationDescriptor(channels_last_inputs=(True,))
+    g = og.Graph()
+    x = g.placeholder((N, C, H, W), og.float64, name="x")
+    with pytest.raises(og.OpgraphError, match=r"channels_last_inputs \[1\] name no input"):
+        g.compile({x: x.type}, [g.relu(x)], device="cpu", descriptor=dataclasses.replace(ON, channels_last_inputs=(1,)))
 
 
 @pytest.mark.parametrize("bn_regions", [False, True], ids=["vendor", "regions"])
@@ -179,8 +207,8 @@ _OPERANDS = ["scalar", "channel", "channel4", "sample", "leaf", "computed"]
        tail=st.sampled_from(["none", "reduce", "transpose", "conv", "concat", "slice", "pad"]),
        axes=st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True), keepdims=st.booleans(),
        perm=st.permutations(range(4)), head=st.sampled_from(["conv", "stored"]))
-def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: list[int], keepdims: bool,
-                                          perm: list[int], head: str) -> None:
+def test_random_tails_after_a_convolution_or_a_stored_input(operands: list[str], tail: str, axes: list[int],
+                                                             keepdims: bool, perm: list[int], head: str) -> None:
     """Elementwise ops whose other operand is cheap to see NHWC (a scalar, a per-channel or per-sample value, a
     broadcast, a graph input) or not (a value computed in NCHW), then a reduction, a transpose or a convolution:
     the same values with the pass as without. They follow a convolution, or (``stored``) read an input stored
@@ -228,7 +256,9 @@ def test_random_tails_after_a_convolution(operands: list[str], tail: str, axes: 
     elif tail == "pad":
         mode = og.PaddingMode.REFLECT if keepdims else og.PaddingMode.CONSTANT
         y = g.pad(g.sin(y), mode, [0, 1, 2, 1], [1, 0, 1, 2], 0.5)
-    _check(g, feeds, [y] if head == "conv" else [y, g.reduce_sum(x, [1])], descriptor)  # x, w still fed
+    exe = _check(g, feeds, [y] if head == "conv" else [y, g.reduce_sum(x, [1])], descriptor)  # x, w still fed
+    if head == "stored" and operands[0] != "computed":  # the first op is carried: it reads the NHWC view
+        assert "s.nhwc" in _transposes(exe), _transposes(exe)
 
 
 class _Dense(torch.nn.Module):

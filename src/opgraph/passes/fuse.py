@@ -20,8 +20,8 @@ end are left to PyTorch (free there), and a region needs two computing ops, or a
 norms), to be worth a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
-(group_norm, softmax_cross_entropy, batch_norm_training on request) are rewritten, so they fuse too (only
-here: with fusion on).
+(group_norm, softmax_cross_entropy, and batch_norm_training as ``CompilationDescriptor.batch_norm_regions``
+chooses: by default those of 16-bit inputs on CUDA) are rewritten, so they fuse too (only here: with fusion on).
 """
 
 from __future__ import annotations

@@ -14,16 +14,15 @@ through a transpose, a view): a backward graph reads the activations its forward
 returned as NHWC-stored views, so they stay NHWC. An input on a branch that meets no convolution is left as it
 is (read in NHWC order, NCHW storage would be read across). Pooling ops keep their NCHW form (their indices
 name positions in it) and PyTorch's kernels keep the memory format they are given, so their results are
-seeded the same way. Where a seed cannot be carried, the op reads the original tensor: the pass never copies a
-tensor to change its layout, except for the convolutions themselves: the NHWC lowering gives cuDNN a
-channels-last tensor, copying one stored NCHW (a graph's images, in the forward and again for the weight
-gradient).
+seeded the same way when they read an NHWC-stored value (the NCHW view of one). Where a seed cannot be
+carried, the op reads the original tensor: the pass never copies a tensor to change its layout, except for the
+convolutions themselves: the NHWC lowering gives cuDNN a channels-last tensor, copying one stored NCHW (a
+graph's images, in the forward and again for the weight gradient).
 
 Inputs known to be stored channels-last (``CompilationDescriptor.channels_last_inputs``; the torch backend
 names the inputs whose example tensors are) are seeded too, in graphs without convolutions as well: a batch
 norm or a reduction of such an input then reads its storage in order, and the results leave as channels-last
-views, as eager PyTorch returns them. There, pooling results are seeded only when the pooling read a seeded
-value.
+views, as eager PyTorch returns them.
 
 Runs where ``CompilationDescriptor(channels_last=...)`` asks (``None``, the default: on CUDA).
 """
@@ -141,11 +140,12 @@ def channels_last(program: Program, stored_nhwc: Sequence[int] = ()) -> Program:
     positions ``stored_nhwc`` (stored channels-last) on their NHWC views; unchanged when it has neither."""
     ops = program.graph.ops
     convolutions = any(_is_nchw_conv(op) for op in ops)
+    weights = {id(op.inputs[1]) for op in ops if op.op in _CONVS | _DATA_GRADS and len(op.inputs) > 1}
     stored = {id(t) for k, t in enumerate(program.inputs) if k in stored_nhwc and t.op.op is PLACEHOLDER
-              and t.rank == 4 and t.type.is_static}
+              and t.rank == 4 and t.type.is_static and id(t) not in weights}  # weights: the vendor call's own
     if not convolutions and not stored:
         return program
-    w = _Walk(program, (_seeded_inputs(ops) if convolutions else set()) | stored, pools_follow_inputs=not convolutions)
+    w = _Walk(program, (_seeded_inputs(ops) if convolutions else set()) | stored)
     out = rewrite(program, w.visit)
     back = w.origin  # seeded values: the graph's own inputs and outputs stay the untransposed tensors
     return dead_code_elimination(Program(out.graph, [back.get(id(t), t) for t in out.inputs],
@@ -157,10 +157,9 @@ class _Walk:
     seeded value (a transpose of a transpose) to the tensor it stands for; ``seeded``: the graph inputs to seed
     (ids of the old graph's tensors)."""
 
-    def __init__(self, program: Program, seeded: set[int], pools_follow_inputs: bool = False) -> None:
+    def __init__(self, program: Program, seeded: set[int]) -> None:
         self.taken = {o.name for o in program.graph.ops}
         self.seeded = seeded
-        self.pools_follow_inputs = pools_follow_inputs  # seed a pooling's results only if it read a seeded value
         self.pending: dict[int, tuple[Tensor, Perm]] = {}
         self.origin: dict[int, Tensor] = {}
         self.unders: dict[tuple[int, Perm], Tensor | None] = {}  # made once per value and perm
@@ -214,8 +213,8 @@ class _Walk:
             return [self.seed(self._copy(op, ins).outputs[0], op.name)]
         if _is_nchw_conv(op):
             return self._conv(op, ins)
-        if op.op in _POOLS and all(t.type.is_static for t in op.outputs) and (
-                not self.pools_follow_inputs or any(id(t) in self.pending for t in ins)):
+        if op.op in _POOLS and all(t.type.is_static for t in op.outputs) and any(
+                self.pending.get(id(t), (t, ()))[1] == TO_NCHW for t in ins):  # it reads NHWC storage
             made = self._copy(op, ins)
             return [self.seed(t, f"{op.name}.{k}") if t.rank == 4 else t for k, t in enumerate(made.outputs)]
         carried = self._carry(op, ins)

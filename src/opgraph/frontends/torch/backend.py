@@ -142,9 +142,10 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
 
 
 def _channels_last_inputs(values: Sequence[Any]) -> tuple[int, ...]:
-    """Positions of the 4-d tensors stored channels-last and not also contiguous (Dynamo guards on strides, so
-    every call of the graph stores them the same way)."""
+    """Positions of the static 4-d example tensors stored channels-last and not also contiguous: a hint for the
+    layout pass (a call whose tensors are stored otherwise gets the same values, read across memory)."""
     return tuple(k for k, v in enumerate(values) if isinstance(v, torch.Tensor) and v.dim() == 4
+                 and all(isinstance(d, int) for d in v.shape)
                  and v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous())
 
 
