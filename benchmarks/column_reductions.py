@@ -7,14 +7,15 @@ region is emitted with every configuration worth trying. ``statistics``: a decom
 (16-bit data cast to float32, shifted by each channel's first element), then mean, variance and scale.
 ``backward``: the incoming gradient plus a residual gradient, masked by the ReLU (zero where y <= 0), and its
 two sums against x - mean. Configurations: the region's own ``candidate_configs`` (the first is the default,
-what runs untuned), then a grid of column tiles (xblock 32/64, rblock 32/64, 4 warps) split as
-``configs._column_split`` splits them for about 2 and 8 programs a multiprocessor.
+what runs untuned), then a grid of column tiles (``--tiles`` xblock x rblock, ``--warps``) split as
+``configs._column_split`` splits them for about ``--per-sm`` programs a multiprocessor.
 
 Times are device time with a cold L2 (``benchmarks/fusion.py``'s ``measure``, the median of ``--repeats``).
 ``of copy``: bytes moved / time / copy bandwidth; statistics read x once, the backward moves five passes (y,
 the gradient, the residual gradient and x read, the masked gradient written).
 
     python benchmarks/column_reductions.py --batch 128 --shapes 64x56,512x28 --dtypes float32,bfloat16 --top 5
+    python benchmarks/column_reductions.py --dtypes float32 --tiles 64x64,64x128,128x64 --warps 4,8 --per-sm 2,4,8
 """
 
 from __future__ import annotations
@@ -92,18 +93,48 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
     return Region(ops, inputs, outputs, feed, PASSES[region] * xv.numel() * xv.element_size())
 
 
-def configs(r: Region, rows: int, kept: int, sms: int) -> tuple[list[Config], list[Config]]:
+@dataclass(frozen=True)
+class Grid:
+    """The swept column tiles: (xblock, rblock) pairs, warps a program, programs a multiprocessor."""
+
+    tiles: tuple[tuple[int, int], ...] = ((32, 32), (32, 64), (64, 32), (64, 64))
+    warps: tuple[int, ...] = (4,)
+    per_sm: tuple[int, ...] = (2, 8)
+
+
+def configs(r: Region, rows: int, kept: int, sms: int, grid: Grid = Grid()) -> tuple[list[Config], list[Config]]:
     """The region's candidates, and those followed by the swept grid of split column tiles."""
     candidates = candidate_configs(RegionEmitter(r.ops, r.inputs, r.outputs, None))
     out = list(candidates)
-    for xblock in (32, 64):
-        for rblock in (32, 64):
-            for per_sm in (2, 8):
+    for xblock, rblock in grid.tiles:
+        for warps in grid.warps:
+            for per_sm in grid.per_sm:
                 split = _column_split(kept, xblock, rows, rblock, per_sm * sms)
-                cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
+                cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=warps, split=split)
                 if cfg not in out:
                     out.append(cfg)
     return candidates, out
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _tiles(text: str) -> tuple[tuple[int, int], ...]:
+    """``XxR`` pairs of powers of two, comma-separated: column tiles of X columns by R rows."""
+    out = []
+    for item in text.split(","):
+        parts = item.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 and int(p) & (int(p) - 1) == 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"expected XxR pairs of powers of two (e.g. 64x32), got {item!r}")
+        out.append((int(parts[0]), int(parts[1])))
+    return tuple(out)
 
 
 def agrees(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
@@ -124,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", default=",".join(REGIONS), help=f"of {', '.join(REGIONS)}")
     p.add_argument("--top", type=int, default=5, help="configurations listed per case (fastest first)")
     p.add_argument("--repeats", type=int, default=10, help="timed launches of each configuration")
+    p.add_argument("--tiles", type=_tiles, default=Grid.tiles, help="swept XxR column tiles (X columns, R rows)")
+    p.add_argument("--warps", type=_ints, default=Grid.warps, help="swept warps a program (comma-separated)")
+    p.add_argument("--per-sm", type=_ints, default=Grid.per_sm,
+                   help="swept programs a multiprocessor the split aims at (comma-separated)")
     args = p.parse_args(argv)
+    grid = Grid(args.tiles, args.warps, args.per_sm)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device: split configurations meet at barriers that the interpreter cannot run")
     dtypes, regions = args.dtypes.split(","), args.regions.split(",")
@@ -143,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             for c, s in shapes:
                 case = f"{region} {dtype} {args.batch}x{s}x{s}x{c}"
                 r = build(region, (args.batch, s, s, c), DTYPES[dtype], "cuda")
-                candidates, cfgs = configs(r, args.batch * s * s, c, sms)
+                candidates, cfgs = configs(r, args.batch * s * s, c, sms, grid)
                 results: list[tuple[float, Config]] = []
                 want = region_kernel(r.ops, r.inputs, r.outputs, config=candidates[0])(*r.feed)
                 for cfg in cfgs:

@@ -23,3 +23,20 @@ def test_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert stop.value.code == 0
     text = out.getvalue()
     assert text.startswith("usage:") and "--help" in text and len(text.splitlines()) > 5, text
+
+
+def test_column_sweep_grid_holds_the_asked_tiles_after_the_candidates() -> None:
+    """``column_reductions.py``'s swept grid (``--tiles``, ``--warps``, ``--per-sm``) on the CPU: the region's
+    own candidates first, then one split column configuration per grid point not already among them."""
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "column_reductions.py"))
+    import opgraph as og
+
+    region = module["build"]("statistics", (8, 4, 4, 64), og.float32, "cpu")
+    grid = module["Grid"](((64, 128), (32, 32)), (4, 8), (4,))
+    candidates, swept = module["configs"](region, 8 * 4 * 4, 64, 132, grid)
+    assert swept[:len(candidates)] == candidates
+    extra = swept[len(candidates):]
+    assert {(c.xblock, c.rblock, c.num_warps) for c in extra} <= {(64, 128, 4), (64, 128, 8), (32, 32, 4), (32, 32, 8)}
+    assert any(c.rblock == 128 and c.num_warps == 8 for c in extra) and all(c.split >= 1 for c in extra)
+    with pytest.raises(SystemExit):
+        module["main"](["--tiles", "64x48"])
