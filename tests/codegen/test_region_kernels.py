@@ -410,6 +410,13 @@ INPLACE: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], set[tuple[in
     ("row_output", lambda g, y, s: g.reduce_sum(y * s, -1, True), [(4, 6), (4, 1)], {(1, 0)}),
     # u + 1 is stored by the programs of row 0 while every program still reads u (a batch norm's mean)
     ("broadcast_output", lambda g, u, x: (u + 1.0, x - (u + 1.0)), [(1, 24), (512, 24)], {(3, 1)}),
+    # a residual sum and the softmax of it: looped, both are stored by the final walk
+    ("prologue_output", lambda g, x, r: (x + r, g.softmax(x + r)), [(4, 6), (4, 6)],
+     {(0, 0), (1, 0), (0, 1), (1, 1)}),
+    # a sum and its centred sum of squares: looped, the sum is stored by the first walk (the only full output),
+    # and the second walk (about the mean) reads x and r again, so the sum may not go into them
+    ("early_output", lambda g, x, r: (x + r, g.reduce_sum(g.square(x + r - g.reduce_mean(x + r, -1, True)), -1)),
+     [(4, 6), (4, 6)], {(0, 0), (1, 0)}),
 ]
 
 
@@ -423,8 +430,8 @@ def test_out_buffers_and_inplace_ok(name: str, build: Callable[..., Any], shapes
     want = g.run(values, outs)
     # inputs are numbered in first-use order; the expected pairs are written for the placeholders' order
     assert [id(t) for t in inputs if t in values] == [id(x) for x in xs]
-    if config is not None and config.looped:
-        pairs = {(i, j) for i, j in pairs if name != "row_output"}  # row outputs precede the final loop
+    if config is not None and config.looped:  # row outputs precede the final loop; the sum, the second walk
+        pairs = {(i, j) for i, j in pairs if name not in ("row_output", "early_output")}
     assert set(kernel.inplace_ok) == pairs
     # out=: the given buffers are written and returned
     buffers = [torch.full(w.shape, 7.0) for w in want]
@@ -468,6 +475,25 @@ def test_inplace_row_output_of_a_looped_kernel() -> None:
     yv, sv = torch.randn(4, 6, generator=gen), torch.randn(4, 1, generator=gen)
     want = [(yv * sv).sum(-1, keepdim=True), yv * sv]
     check(kernel(yv, sv), want)
+
+
+def test_full_outputs_without_statistics_are_stored_by_the_first_walk() -> None:
+    """A looped kernel whose full outputs need no statistics (a ReLU-masked gradient beside its column sums)
+    stores them in the loop that reads their inputs for the statistics, not in a walk after it that would read
+    those inputs again. Where a final walk is needed anyway (a norm), every full output is stored there."""
+    g = og.Graph()
+    y, gy, x = (g.placeholder((12, 3), og.float32) for _ in range(3))
+    dy = g.select(g.less_equal(y, 0.0), 0.0, gy)
+    outs = [dy, g.reduce_sum(dy, 0), g.reduce_sum(dy * x, 0)]  # column sums: reduced along the first axis
+    kernel, inputs = kernel_for(outs, LOOPED)
+    assert kernel.source.count("for ") == 1, kernel.source  # one walk over the rows: stores and sums together
+    gen = torch.Generator().manual_seed(3)
+    vals = {t: torch.randn(12, 3, generator=gen) for t in (y, gy, x)}
+    check(kernel(*args(inputs, vals)), g.run(vals, outs))
+    h = g.placeholder((4, 9), og.float32) + g.placeholder((4, 9), og.float32)
+    kernel, _ = kernel_for([h, g.layer_norm(h, [1])], LOOPED)  # the norm needs a final walk: h is stored there
+    loops = kernel.source.split("for ")
+    assert len(loops) == 3 and "tl.store(out0" in loops[2] and "tl.store(out0" not in loops[1], kernel.source
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())

@@ -10,7 +10,8 @@ Without reductions a kernel walks its *domain* (the outputs' broadcast shape) in
 ``BLOCK`` elements. With reductions the domain is the reductions' input shape, split into kept dims
 (``XBLOCK`` rows per program) and reduced dims. Rows of up to ``PERSISTENT_MAX`` elements are held in
 registers whole (one pass over memory); longer rows are walked in ``RBLOCK`` steps, one loop per group
-of statistics and one final loop that stores (the later passes re-read what is usually still in L2).
+of statistics and one final loop that stores (the later passes re-read what is usually still in L2); when no
+full output needs the statistics (a masked gradient beside its column sums), the first loop stores them all.
 A long row can be split across programs (``Config.split``) that meet at barriers in a workspace, each holding
 its chunk in registers or walking it (``looped``: twice, the second walk in L2); a column reduction's rows split
 into parts of which the last to finish combines the others' partials (no waiting). Dynamic sizes are kernel
@@ -100,6 +101,9 @@ class RegionEmitter:
         self.barriers = 0
         self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
         self._finishing = False  # emitting the last part's code (which may use them)
+        self.loops = 0  # loops over the rows opened so far
+        self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
+        self.early_loop: int | None = None  # the loop that stored them (None: not yet, or none)
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -226,8 +230,10 @@ class RegionEmitter:
         self.scope.memo[("domain",)] = ",".join(idx)
         if rflat is None:
             self.scope.memo[("flat",)] = xflat
-        elif self.raxes == tuple(range(self.domain.rank - len(self.raxes), self.domain.rank)):
+        elif self.raxes == tuple(range(self.domain.rank - len(self.raxes), self.domain.rank)):  # rows
             self.scope.memo[("flat",)] = ix.add(ix.mul(xflat, self.reduced_count()), rflat)
+        elif self.raxes == tuple(range(len(self.raxes))):  # columns (NHWC statistics): no div/mod per element
+            self.scope.memo[("flat",)] = ix.add(ix.mul(rflat, ix.product([self.dsize(k) for k in self.xaxes])), xflat)
 
     # ---- pulling values ----------------------------------------------------------------------------------
     def value(self, t: Tensor, index: Index) -> str:
@@ -412,6 +418,10 @@ class RegionEmitter:
                 v = fn(idx)
                 masked = f"tl.where({loop.mask}, {v}, {self._neutral(kind, ct)})"
                 self.emit(f"{acc} = {combine(kind, acc, masked)}")
+            if self.early and self.early_loop is None:  # stored while their inputs are in registers
+                self.early_loop = self.loops
+                for j, t in self.early:
+                    self.emit(self._store(j, t))
             self.close_loop()
             names = [self.reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
             if self.column_split:  # partial over this program's rows: completed in the last part
@@ -557,6 +567,7 @@ class RegionEmitter:
         self.emit(f"chunk = (({self.reduced_count()} + {split - 1}) // {split} + RBLOCK - 1) // RBLOCK * RBLOCK")
 
     def open_loop(self) -> _Scope:
+        self.loops += 1
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
         if self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
@@ -629,6 +640,7 @@ class RegionEmitter:
         pid = "tile" if looping else "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.top = self.scope = _Scope(mask="mask")
         self.loaded_at.clear()
+        self.loops, self.early, self.early_loop = 0, [], None
         if not cfg.reduction:
             self.emit(f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)")
             self.emit(f"mask = offs < {numel}")
@@ -676,11 +688,15 @@ class RegionEmitter:
                 self.emit(f"mask = xmask & (ri < {self.reduced_count()})")
                 self.rdep.add("mask")
                 self._set_domain_index("xi", "ri")
+            rows = [(j, t) for j, t in enumerate(self.outputs) if self.store_index(t)[2]]
+            fulls = [(j, t) for j, t in enumerate(self.outputs) if (j, t) not in rows]
+            if cfg.looped and not any(self._uses_statistics(t) for _, t in fulls):  # no final walk is needed:
+                self.early = fulls  # the full outputs are stored by the first walk, which reads their inputs
             self._sums_together()
             for op in self.reductions:  # statistics first, in the top scope
                 REDUCTIONS[op.op].prepare(op, self)
-            rows = [(j, t) for j, t in enumerate(self.outputs) if self.store_index(t)[2]]
-            fulls = [(j, t) for j, t in enumerate(self.outputs) if (j, t) not in rows]
+            if self.early_loop is not None:
+                fulls = [(j, t) for j, t in fulls if (j, t) not in self.early]
             if not cfg.looped:  # one scope: every value is computed (and every input read) before any store
                 rows, fulls = [], rows + fulls
             if self.column_split:  # each part stores its rows' full values (never the partial statistics)
@@ -749,13 +765,16 @@ class RegionEmitter:
         one program stores it while the others still read the input there (a batch norm's (1, 1, 1, C) mean)."""
         pairs = set()
         early = self.config.looped or self.config.split > 1  # row outputs are stored while others still read
+        # outputs stored by the first walk while a later walk still reads the inputs
+        walked_again = {j for j, _ in self.early} if self.early_loop is not None and self.loops > self.early_loop \
+            else set()
         for i, t in enumerate(self.inputs):
             seen = self.loaded_at.get(i, set())
             if not seen or None in seen:
                 continue
             for j, o in enumerate(self.outputs):
                 if o.type == t.type and t.type.is_static and not (early and self._row_level(o)) \
-                        and not self._stored_by_some(o):
+                        and not self._stored_by_some(o) and j not in walked_again:
                     pairs.add((i, j))
         return frozenset(pairs)
 
