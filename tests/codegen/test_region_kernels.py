@@ -417,6 +417,15 @@ INPLACE: list[tuple[str, Callable[..., Any], list[tuple[int, ...]], set[tuple[in
     # and the second walk (about the mean) reads x and r again, so the sum may not go into them
     ("early_output", lambda g, x, r: (x + r, g.reduce_sum(g.square(x + r - g.reduce_mean(x + r, -1, True)), -1)),
      [(4, 6), (4, 6)], {(0, 0), (1, 0)}),
+    # x * 2 beside a row sum plus the row's first element of x (read elsewhere: never in place; looped, that
+    # read comes after the first walk stored x * 2)
+    ("early_then_row_read", lambda g, x: (x * 2.0, g.reduce_sum(x, -1, True) + g.slice(x, [0, 0], [4, 1], [1, 1])),
+     [(4, 6)], set()),
+    # looped, the masked gradient is stored by the only walk, which alone reads y and gy (inputs 0 and 3; the
+    # constants 1, 2 between): in place is fine
+    ("early_column_sums", lambda g, y, gy: (g.select(g.less_equal(y, 0.0), 0.0, gy),
+                                            g.reduce_sum(g.select(g.less_equal(y, 0.0), 0.0, gy), 0)),
+     [(9, 6), (9, 6)], {(0, 0), (3, 0)}),
 ]
 
 

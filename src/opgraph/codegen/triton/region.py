@@ -102,6 +102,8 @@ class RegionEmitter:
         self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
         self._finishing = False  # emitting the last part's code (which may use them)
         self.loops = 0  # loops over the rows opened so far
+        self.in_loop: int | None = None  # the loop being emitted (None: outside every loop)
+        self.loaded_in: dict[int, set[int | None]] = {}  # input -> the loops reading it (None: outside)
         self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
         self.early_loop: int | None = None  # the loop that stored them (None: not yet, or none)
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
@@ -288,6 +290,7 @@ class RegionEmitter:
             self.xdep.add(name)
             return name
         self.loaded_at.setdefault(i, set()).add(self._relative(t, index))
+        self.loaded_in.setdefault(i, set()).add(self.in_loop)
         terms = []
         if not self.strided:
             offset = self._flat_offset(t, index)
@@ -568,6 +571,7 @@ class RegionEmitter:
 
     def open_loop(self) -> _Scope:
         self.loops += 1
+        self.in_loop = self.loops
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
         if self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
@@ -586,6 +590,7 @@ class RegionEmitter:
         return scope
 
     def close_loop(self) -> None:
+        self.in_loop = None
         scope = self.scope
         assert scope.parent is not None
         self.scope = scope.parent
@@ -640,7 +645,8 @@ class RegionEmitter:
         pid = "tile" if looping else "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.top = self.scope = _Scope(mask="mask")
         self.loaded_at.clear()
-        self.loops, self.early, self.early_loop = 0, [], None
+        self.loaded_in.clear()
+        self.loops, self.in_loop, self.early, self.early_loop = 0, None, [], None
         if not cfg.reduction:
             self.emit(f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)")
             self.emit(f"mask = offs < {numel}")
@@ -765,16 +771,17 @@ class RegionEmitter:
         one program stores it while the others still read the input there (a batch norm's (1, 1, 1, C) mean)."""
         pairs = set()
         early = self.config.looped or self.config.split > 1  # row outputs are stored while others still read
-        # outputs stored by the first walk while a later walk still reads the inputs
-        walked_again = {j for j, _ in self.early} if self.early_loop is not None and self.loops > self.early_loop \
-            else set()
+        stored_first = {j for j, _ in self.early} if self.early_loop is not None else set()
         for i, t in enumerate(self.inputs):
             seen = self.loaded_at.get(i, set())
             if not seen or None in seen:
                 continue
+            # an output stored by the first walk may take the buffer of an input only that walk reads (not a
+            # later walk, nor the code between: a row's first element, or a split row's shift, read by others)
+            only_first = self.loaded_in.get(i) == {self.early_loop}
             for j, o in enumerate(self.outputs):
                 if o.type == t.type and t.type.is_static and not (early and self._row_level(o)) \
-                        and not self._stored_by_some(o) and j not in walked_again:
+                        and not self._stored_by_some(o) and (j not in stored_first or only_first):
                     pairs.add((i, j))
         return frozenset(pairs)
 
