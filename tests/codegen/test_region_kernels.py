@@ -505,6 +505,16 @@ def test_full_outputs_without_statistics_are_stored_by_the_first_walk() -> None:
     assert len(loops) == 3 and "tl.store(out0" in loops[2] and "tl.store(out0" not in loops[1], kernel.source
 
 
+def test_split_rows_store_nothing_in_place_that_other_parts_read() -> None:
+    """Split rows walked in steps: x + r is stored by each part's walk, before the parts meet, while every part
+    reads the row's first elements of x and r (the variance's shift): neither buffer may take it."""
+    g = og.Graph()
+    x, r = g.placeholder((4, 64), og.float32), g.placeholder((4, 64), og.float32)
+    h = x + r
+    kernel, _ = kernel_for([h, g.variance(h, [1])], Config(reduction=True, xblock=1, rblock=8, looped=True, split=4))
+    assert "atomic_add" in kernel.source and kernel.inplace_ok == frozenset(), kernel.inplace_ok
+
+
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_row_outputs_are_stored_as_one_dimensional_rows(config: Config | None) -> None:
     # Triton 3.6 (sm_90) failed to compile a batch norm's statistics stored as [XBLOCK, 1] tiles next to their
