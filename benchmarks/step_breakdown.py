@@ -3,13 +3,21 @@ Inductor, and whether each compiled graph replays a CUDA graph: step time, forwa
 step (no synchronisation inside), then per graph its kernels, ``cuda_graph_status``, inputs read in place,
 outputs copied out and recaptures (models of ``opgraph bench``; CUDA only).
 
+With ``--isolate`` each backend runs in a process of its own (one process: what ran before, Inductor's
+compilation or another backend's memory, may change the next one's time); ``--repeats`` times the step that many
+times (ten steps each) and prints the median and the range.
+
     python benchmarks/step_breakdown.py --model bert --batch 64 --dtype bfloat16
     python benchmarks/step_breakdown.py --model resnet50 --batch 128 --backends eager,inductor --channels-last
+    python benchmarks/step_breakdown.py --model resnet50 --batch 128 --backends eager,inductor,opgraph --isolate
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -33,7 +41,24 @@ def _ms(fn: Callable[[], object], runs: int = 10) -> float:
     return (time.perf_counter() - start) / runs * 1e3
 
 
-def main() -> None:
+def _isolated(argv: list[str], backends: list[str]) -> int:
+    """This script once per backend, each in a fresh process (the other arguments as given)."""
+    rest, skip = [], False
+    for a in argv:  # drop --isolate and --backends (with its value)
+        if skip:
+            skip = False
+        elif a == "--backends":
+            skip = True
+        elif a != "--isolate" and not a.startswith("--backends="):
+            rest.append(a)
+    code = 0
+    for backend in backends:
+        code |= subprocess.call([sys.executable, __file__, *rest, "--backends", backend])
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="bert", choices=sorted(MODELS), help="a model of opgraph bench")
     ap.add_argument("--batch", type=int, default=64)
@@ -44,10 +69,16 @@ def main() -> None:
     ap.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
                     help="an opgraph backend option, as opgraph bench takes it (e.g. channels_last=false, "
                          "batch_norm_regions=true); repeatable")
-    args = ap.parse_args()
+    ap.add_argument("--isolate", action="store_true", help="each backend in a process of its own")
+    ap.add_argument("--repeats", type=int, default=1, help="timings of ten steps each: median and range")
+    args = ap.parse_args(argv)
     unknown = set(args.backends.split(",")) - {"eager", "inductor", "opgraph"}
     if unknown:
         ap.error(f"unknown backends {sorted(unknown)}: choose from eager, inductor, opgraph")
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if args.isolate and len(args.backends.split(",")) > 1:
+        sys.exit(_isolated(argv, args.backends.split(",")))
     warnings.simplefilter("ignore")
     m = MODELS[args.model]
     torch.manual_seed(0)
@@ -75,7 +106,10 @@ def main() -> None:
         with recording() as reports:
             step()
             step()
-            print(f"{backend}: step {_ms(step):.2f} ms, forward only {_ms(lambda: forward().detach()):.2f} ms")
+            times = sorted(_ms(step) for _ in range(args.repeats))
+            spread = f" (range {times[0]:.2f}-{times[-1]:.2f}, {len(times)} timings)" if len(times) > 1 else ""
+            print(f"{backend}: step {statistics.median(times):.2f} ms{spread}, forward only "
+                  f"{_ms(lambda: forward().detach()):.2f} ms")
             torch.cuda.synchronize()
             start = time.perf_counter()
             step()

@@ -40,3 +40,16 @@ def test_column_sweep_grid_holds_the_asked_tiles_after_the_candidates() -> None:
     assert any(c.rblock == 128 and c.num_warps == 8 for c in extra) and all(c.split >= 1 for c in extra)
     with pytest.raises(SystemExit):
         module["main"](["--tiles", "64x48"])
+
+
+def test_step_breakdown_isolates_each_backend_in_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "step_breakdown.py"))
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    argv = ["--model", "resnet50", "--backends", "eager,opgraph", "--isolate", "--repeats", "3", "--option", "a=b"]
+    assert module["_isolated"](argv, ["eager", "opgraph"]) == 0
+    assert [c[2:] for c in calls] == [["--model", "resnet50", "--repeats", "3", "--option", "a=b", "--backends", b]
+                                      for b in ("eager", "opgraph")]
+    assert all(c[0] == sys.executable and c[1].endswith("step_breakdown.py") for c in calls)
