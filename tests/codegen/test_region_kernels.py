@@ -505,6 +505,21 @@ def test_full_outputs_without_statistics_are_stored_by_the_first_walk() -> None:
     assert len(loops) == 3 and "tl.store(out0" in loops[2] and "tl.store(out0" not in loops[1], kernel.source
 
 
+def test_what_a_loop_reads_but_does_not_vary_is_read_before_it() -> None:
+    """Column sums of (x - m) * (x - m) with m per column: m is loaded once, before the walk, not at every step
+    (a loop that stores, as a first-walk store makes it, keeps Triton from hoisting loads itself)."""
+    g = og.Graph()
+    x, m = g.placeholder((12, 3), og.float32), g.placeholder((1, 3), og.float32)
+    d = x - m
+    outs = [d, g.reduce_sum(d * d, 0)]
+    kernel, inputs = kernel_for(outs, LOOPED)
+    before, loop = kernel.source.split("    for ", 1)
+    assert "tl.load(in1" in before and "tl.load(in1" not in loop, kernel.source
+    gen = torch.Generator().manual_seed(5)
+    vals = {x: torch.randn(12, 3, generator=gen), m: torch.randn(1, 3, generator=gen)}
+    check(kernel(*args(inputs, vals)), g.run(vals, outs))
+
+
 def test_split_rows_store_nothing_in_place_that_other_parts_read() -> None:
     """Split rows walked in steps: x + r is stored by each part's walk, before the parts meet, while every part
     reads the row's first elements of x and r (the variance's shift): neither buffer may take it."""

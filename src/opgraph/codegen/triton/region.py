@@ -12,6 +12,7 @@ Without reductions a kernel walks its *domain* (the outputs' broadcast shape) in
 registers whole (one pass over memory); longer rows are walked in ``RBLOCK`` steps, one loop per group
 of statistics and one final loop that stores (the later passes re-read what is usually still in L2); when no
 full output needs the statistics (a masked gradient beside its column sums), the first loop stores them all.
+What a loop reads but does not vary (a per-column mean, a row's first element) is read before it.
 A long row can be split across programs (``Config.split``) that meet at barriers in a workspace, each holding
 its chunk in registers or walking it (``looped``: twice, the second walk in L2); a column reduction's rows split
 into parts of which the last to finish combines the others' partials (no waiting). Dynamic sizes are kernel
@@ -61,6 +62,9 @@ class _Scope:
     lines: list[str] = field(default_factory=list)
     memo: dict[Any, str] = field(default_factory=dict)
     indent: str = "    "
+    hoisted: list[str] | None = None  # a loop's: lines computing what it reads but does not vary, put before it
+    header_at: int = -1  # a loop's: where its ``for`` line is among its parent's lines
+    assigned: set[str] = field(default_factory=set)  # a loop's: the names its body assigns
 
     def find(self, key: Any) -> str | None:
         s: _Scope | None = self
@@ -177,6 +181,8 @@ class RegionEmitter:
             # a split column part holds only its rows' statistics: nothing but the last part may use them
             raise NotExpressible("a statistic of a split column reduction is used before the parts are combined")
         self.scope.lines.append(self.scope.indent + line)
+        if self.scope.hoisted is not None and " = " in line:  # a loop body's assignment
+            self.scope.assigned.add(line.split(" = ", 1)[0].strip())
 
     def bind(self, expr: str, stem: str = "t") -> str:
         """``expr`` held in a name of the current scope (reused when the same text was bound before)."""
@@ -243,6 +249,16 @@ class RegionEmitter:
         found = self.scope.find(key)
         if found is not None:
             return found
+        loop = self.scope
+        names = identifiers(",".join(index))
+        if loop.hoisted is not None and loop.parent is not None and not self.depends_on_r(",".join(index)) \
+                and not loop.assigned.intersection(names):  # the same in every step: computed before the loop
+            self.scope = _Scope(mask="xmask", parent=loop.parent, lines=loop.hoisted, memo=loop.parent.memo,
+                                indent=loop.parent.indent)
+            try:
+                return self.value(t, index)
+            finally:
+                self.scope = loop
         if id(t) in self.input_no:
             name = self._load(t, index)
         else:
@@ -577,7 +593,8 @@ class RegionEmitter:
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
         else:
             self.emit(f"for {r} in range(0, {self.reduced_count()}, RBLOCK):")
-        scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ")
+        scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ", hoisted=[],
+                       header_at=len(self.scope.lines) - 1)
         self.scope = scope
         rflat = f"{r} + tl.arange(0, RBLOCK)[None, :]"
         ri = self.fresh("ri")
@@ -594,6 +611,8 @@ class RegionEmitter:
         scope = self.scope
         assert scope.parent is not None
         self.scope = scope.parent
+        if scope.hoisted:
+            self.scope.lines[scope.header_at:scope.header_at] = scope.hoisted
         self.scope.lines.extend(scope.lines)
 
     # ---- stores ------------------------------------------------------------------------------------------
