@@ -507,7 +507,7 @@ def test_full_outputs_without_statistics_are_stored_by_the_first_walk() -> None:
 
 def test_what_a_loop_reads_but_does_not_vary_is_read_before_it() -> None:
     """Column sums of (x - m) * (x - m) with m per column: m is loaded once, before the walk, not at every step
-    (a loop that stores, as a first-walk store makes it, keeps Triton from hoisting loads itself)."""
+    (whether Triton would hoist the load out of a loop that also stores is not left to it)."""
     g = og.Graph()
     x, m = g.placeholder((12, 3), og.float32), g.placeholder((1, 3), og.float32)
     d = x - m
