@@ -128,13 +128,11 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _tiles(text: str) -> tuple[tuple[int, int], ...]:
     """``XxR`` pairs of powers of two, comma-separated: column tiles of X columns by R rows."""
-    out = []
-    for item in text.split(","):
-        parts = item.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 and int(p) & (int(p) - 1) == 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"expected XxR pairs of powers of two (e.g. 64x32), got {item!r}")
-        out.append((int(parts[0]), int(parts[1])))
-    return tuple(out)
+    what = "XxR pairs of powers of two such as 64x32"
+    tiles = fusion.int_pairs(text, what)
+    if any(v & (v - 1) for tile in tiles for v in tile):
+        raise argparse.ArgumentTypeError(f"takes {what}, got {text!r}")
+    return tuple(tiles)
 
 
 def agrees(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:

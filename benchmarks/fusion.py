@@ -131,15 +131,20 @@ _FLUSH: dict[str, torch.Tensor] = {}
 SLEEP_CYCLES = 1_000_000  # ~0.5 ms of a spinning kernel: longer than any callee's host-side work
 
 
-def channel_shapes(text: str) -> list[tuple[int, int]]:
-    """``--shapes`` of the batch-norm benchmarks: comma-separated CxS pairs (C channels of S x S), an argparse type."""
+def int_pairs(text: str, what: str) -> list[tuple[int, int]]:
+    """Comma-separated AxB pairs of positive integers, for an argparse type; ``what`` names them in the error."""
     try:
-        pairs = [tuple(int(v) for v in s.split("x")) for s in text.split(",")]
+        pairs = [tuple(int(v) for v in s.lower().split("x")) for s in text.split(",")]
     except ValueError:
         pairs = []
     if not pairs or any(len(p) != 2 or min(p) <= 0 for p in pairs):
-        raise argparse.ArgumentTypeError(f"takes CxS pairs such as 64x56,512x28, got {text!r}")
-    return [(c, s) for c, s in pairs]
+        raise argparse.ArgumentTypeError(f"takes {what}, got {text!r}")
+    return [(a, b) for a, b in pairs]
+
+
+def channel_shapes(text: str) -> list[tuple[int, int]]:
+    """``--shapes`` of the batch-norm benchmarks: comma-separated CxS pairs (C channels of S x S), an argparse type."""
+    return int_pairs(text, "CxS pairs such as 64x56,512x28")
 
 
 def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repeats: int) -> dict[str, list[float]]:

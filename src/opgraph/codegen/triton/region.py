@@ -62,6 +62,7 @@ class _Scope:
     lines: list[str] = field(default_factory=list)
     memo: dict[Any, str] = field(default_factory=dict)
     indent: str = "    "
+    loop: int | None = None  # the number of the loop over the rows this scope's code runs in (None: none)
     hoisted: list[str] | None = None  # a loop's: lines computing what it reads but does not vary, put before it
     header_at: int = -1  # a loop's: where its ``for`` line is among its parent's lines
     assigned: set[str] = field(default_factory=set)  # a loop's: the names its body assigns
@@ -106,7 +107,6 @@ class RegionEmitter:
         self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
         self._finishing = False  # emitting the last part's code (which may use them)
         self.loops = 0  # loops over the rows opened so far
-        self.in_loop: int | None = None  # the loop being emitted (None: outside every loop)
         self.loaded_in: dict[int, set[int | None]] = {}  # input -> the loops reading it (None: outside)
         self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
         self.early_loop: int | None = None  # the loop that stored them (None: not yet, or none)
@@ -250,11 +250,11 @@ class RegionEmitter:
         if found is not None:
             return found
         loop = self.scope
-        names = identifiers(",".join(index))
-        if loop.hoisted is not None and loop.parent is not None and not self.depends_on_r(",".join(index)) \
-                and not loop.assigned.intersection(names):  # the same in every step: computed before the loop
+        if loop.hoisted is not None and loop.parent is not None and not any(
+                n in self.rdep or n in loop.assigned for n in identifiers(",".join(index))):
+            # the same in every step: computed before the loop (its lines, its parent's names)
             self.scope = _Scope(mask="xmask", parent=loop.parent, lines=loop.hoisted, memo=loop.parent.memo,
-                                indent=loop.parent.indent)
+                                indent=loop.parent.indent, loop=loop.loop)
             try:
                 return self.value(t, index)
             finally:
@@ -306,7 +306,7 @@ class RegionEmitter:
             self.xdep.add(name)
             return name
         self.loaded_at.setdefault(i, set()).add(self._relative(t, index))
-        self.loaded_in.setdefault(i, set()).add(self.in_loop)
+        self.loaded_in.setdefault(i, set()).add(self.scope.loop)
         terms = []
         if not self.strided:
             offset = self._flat_offset(t, index)
@@ -587,13 +587,12 @@ class RegionEmitter:
 
     def open_loop(self) -> _Scope:
         self.loops += 1
-        self.in_loop = self.loops
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
         if self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
         else:
             self.emit(f"for {r} in range(0, {self.reduced_count()}, RBLOCK):")
-        scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ", hoisted=[],
+        scope = _Scope(mask="", parent=self.scope, indent=self.scope.indent + "    ", loop=self.loops, hoisted=[],
                        header_at=len(self.scope.lines) - 1)
         self.scope = scope
         rflat = f"{r} + tl.arange(0, RBLOCK)[None, :]"
@@ -607,7 +606,6 @@ class RegionEmitter:
         return scope
 
     def close_loop(self) -> None:
-        self.in_loop = None
         scope = self.scope
         assert scope.parent is not None
         self.scope = scope.parent
@@ -665,7 +663,7 @@ class RegionEmitter:
         self.top = self.scope = _Scope(mask="mask")
         self.loaded_at.clear()
         self.loaded_in.clear()
-        self.loops, self.in_loop, self.early, self.early_loop = 0, None, [], None
+        self.loops, self.early, self.early_loop = 0, [], None
         if not cfg.reduction:
             self.emit(f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)")
             self.emit(f"mask = offs < {numel}")
