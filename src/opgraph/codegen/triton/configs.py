@@ -64,9 +64,10 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
             if rnumel is not None and _splittable(em):  # ... or rows split across programs, the last one finishes
                 splits: list[Config] = []
-                # four to eight programs a multiprocessor won the NHWC batch-norm sums on the H200, or came within
-                # 6% of the winner (float32 backward at 14x14 and 7x7); two before (RESULTS.md, sixth/seventh session)
-                for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (64, 32, 4), (32, 32, 4), (32, 32, 8)):
+                # the winners of the NHWC batch-norm sums on the H200 (RESULTS.md, sixth to eighth session): four to
+                # eight programs a multiprocessor, or two of 64x64 tiles since flat column addresses (eighth)
+                for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (64, 32, 4), (32, 32, 4), (32, 32, 8),
+                                               (32, 64, 8), (64, 64, 2)):
                     split = _column_split(kept, xblock, rnumel, rblock, per_sm * sms)
                     cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
                     if split > 1 and cfg not in splits:

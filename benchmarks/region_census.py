@@ -1,0 +1,170 @@
+"""Every generated reduction kernel of a model's training step through ``torch.compile(backend="opgraph")``, timed
+alone against the copy bandwidth measured in the same run: which regions of a real network stay far from memory
+speed, in which layout, and whether another of their launch configurations would do better.
+
+A step runs (compiling, tuning each kernel on its first launch); each distinct (kernel, input shapes and strides)
+seen is then launched again on random inputs of the same shapes, strides and dtypes, as the step launched it: the
+strided variant where an input is not contiguous, then the configuration the tuner chose. ``best other`` times the
+variant's other candidate configurations. Times are device time with a cold L2 (``benchmarks/fusion.py``'s
+``measure``, median of ``--repeats``); ``of copy``: bytes of the inputs (broadcast dims once) and outputs / time /
+copy bandwidth. ``layout``: ``contig`` or the domain dim stored innermost (1: the channels of channels-last NCHW).
+
+    python benchmarks/region_census.py --model resnet50 --batch 128 --dtype bfloat16 --channels-last
+    python benchmarks/region_census.py --model resnet50 --batch 64 --dtype float32 --channels-last --all
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import statistics
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import opgraph as og
+from opgraph.cli._bench_models import MODELS, WithLoss, make_data
+from opgraph.cli._table import format_table
+from opgraph.codegen.triton.kernel import RegionKernel
+
+_spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
+assert _spec is not None and _spec.loader is not None
+fusion = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fusion
+_spec.loader.exec_module(fusion)
+
+Meta = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]  # shape, strides, dtype of one input
+
+
+@dataclass
+class Seen:
+    kernel: RegionKernel
+    inputs: tuple[Meta, ...]
+    launches: int = 0
+
+
+def record_launches(only_reductions: bool) -> dict[tuple[int, tuple[Meta, ...]], Seen]:
+    """Wrap ``RegionKernel.__call__`` so that each outermost launch on CUDA is recorded (variants the call
+    dispatches to are not counted twice)."""
+    seen: dict[tuple[int, tuple[Meta, ...]], Seen] = {}
+    call = RegionKernel.__call__
+    depth = [0]
+
+    def recorded(self: RegionKernel, *inputs: torch.Tensor, **kw: Any) -> list[torch.Tensor]:
+        if not depth[0] and inputs and inputs[0].is_cuda and (self.config.reduction or not only_reductions):
+            meta = tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in inputs)
+            entry = seen.setdefault((id(self), meta), Seen(self, meta))
+            entry.launches += 1
+        depth[0] += 1
+        try:
+            return call(self, *inputs, **kw)
+        finally:
+            depth[0] -= 1
+
+    RegionKernel.__call__ = recorded  # type: ignore[method-assign]
+    return seen
+
+
+def random_like(meta: Meta, device: torch.device) -> torch.Tensor:
+    shape, strides, dtype = meta
+    span = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if d > 0)
+    base = torch.empty(span if all(shape) else 0, dtype=dtype, device=device)
+    if dtype == torch.bool:
+        base.copy_(torch.rand(base.shape, device=device) < 0.5)
+    elif dtype.is_floating_point:
+        base.normal_()
+    else:
+        base.copy_(torch.randint(0, 8, base.shape, device=device))
+    return base.as_strided(shape, strides)
+
+
+def moved_bytes(k: RegionKernel, feed: Sequence[torch.Tensor]) -> int:
+    read = sum(math.prod(d for d, s in zip(x.shape, x.stride(), strict=True) if s) * x.element_size() for x in feed)
+    outs = k._launch(tuple(tuple(x.shape) for x in feed)).out_shapes
+    written = sum(math.prod(s) * t.dtype.torch_dtype.itemsize for s, t in zip(outs, k.out_types, strict=True))
+    return int(read + written)
+
+
+def describe(k: RegionKernel) -> str:
+    c = k.config
+    split = f"/{c.split}" if c.split > 1 else ""
+    return f"{c.xblock}x{c.rblock}{'L' if c.looped else ''} w{c.num_warps}{split}"
+
+
+def layout(feed: Sequence[torch.Tensor], k: RegionKernel) -> str:
+    if all(x.is_contiguous() for x in feed) or k.strided is None:
+        return "contig"
+    inner = k._inner_axis(feed)
+    return "contig" if inner is None else f"dim {inner}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="resnet50", choices=sorted(MODELS), help="one of opgraph bench's models")
+    ap.add_argument("--batch", type=int, default=64, help="batch size")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16", help="bfloat16: autocast")
+    ap.add_argument("--channels-last", action="store_true", help="model and images channels-last")
+    ap.add_argument("--all", action="store_true", help="elementwise kernels too, not only reductions")
+    ap.add_argument("--repeats", type=int, default=10, help="timed launches a kernel (median)")
+    ap.add_argument("--no-others", dest="others", action="store_false",
+                    help="time only the launched configuration, not the other candidates")
+    ap.add_argument("--top", type=int, default=40, help="rows listed, by total time a step")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA device: the kernels' times are the point")
+    warnings.simplefilter("ignore")
+    dev = og.device("cuda")
+    call = RegionKernel.__call__
+    seen = record_launches(not args.all)
+    m = MODELS[args.model]
+    torch.manual_seed(0)
+    model: torch.nn.Module = WithLoss(m.build(False)).cuda().train()
+    x, y = (t.cuda() for t in make_data(m, args.batch, m.size, torch.device("cuda")))
+    if args.channels_last and x.dim() == 4:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    run = torch.compile(model, backend="opgraph", options={"cuda_graphs": False})
+    for _ in range(2):
+        with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
+            loss = run(x, y)
+        loss.backward()
+    torch.cuda.synchronize()
+    ctx = fusion.Ctx(dev=dev, quick=False, nbytes=0, copy_bytes=1 << 30, widths=(), warmup=1, repeats=5, tiny_ops=0,
+                     tiny_iters=0, compile_note="")
+    gbps = fusion.copy_bandwidth(ctx)["best_gbps"]
+    print(f"copy bandwidth (roofline): {gbps:.0f} GB/s; {len(seen)} distinct launches of "
+          f"{len({id(s.kernel) for s in seen.values()})} kernels, {args.model} batch {args.batch} {args.dtype}",
+          flush=True)
+    rows = []
+    RegionKernel.__call__ = call  # type: ignore[method-assign]  # the census re-launches: not recorded
+    for s in list(seen.values()):
+        feed = [random_like(meta, dev.torch) for meta in s.inputs]
+        variant = s.kernel
+        if variant.strided is not None and not all(x.is_contiguous() for x in feed):
+            variant = variant._strided.get(variant._inner_axis(feed)) or variant
+        launched = variant._tuned.get(tuple(tuple(x.shape) for x in feed), variant)
+        pool = [launched] + [o for o in (variant.alternatives() if variant.alternatives and args.others else [])
+                             if o.config != launched.config]
+        times = fusion.measure({str(i): (lambda o=o, f=feed: o(*f)) for i, o in enumerate(pool)}, dev, 2, args.repeats)
+        med = [statistics.median(v) for v in times.values()]
+        best = min(range(1, len(med)), key=med.__getitem__, default=None)
+        nbytes = moved_bytes(launched, feed)
+        rows.append((med[0] * s.launches / 2, [
+            "_".join(s.kernel.ops)[:48], "x".join(map(str, s.inputs[0][0])), layout(feed, s.kernel),
+            describe(launched), s.launches // 2, f"{med[0]:.4f}", f"{nbytes / med[0] / 1e6 / gbps:.2f}",
+            "-" if best is None else f"{med[best]:.4f} {describe(pool[best])}"]))
+    rows.sort(key=lambda r: -r[0])
+    total = sum(r[0] for r in rows)
+    print(format_table(["kernel ops", "first input", "layout", "launched", "per step", "ms", "of copy",
+                        "best other ms"], [r[1] for r in rows[:args.top]]))
+    print(f"total over the listed kinds: {total:.3f} ms a step (each launch timed alone, cold L2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
