@@ -128,7 +128,8 @@ def descriptor(dev: og.Device, cuda_graphs: bool = True) -> og.CompilationDescri
 
 
 _FLUSH: dict[str, torch.Tensor] = {}
-SLEEP_CYCLES = 1_000_000  # ~0.5 ms of a spinning kernel: longer than any callee's host-side work
+SLEEP_CYCLES = 1_000_000  # ~0.5 ms of a spinning kernel: longer than a kernel launch's host-side work
+CYCLES_PER_MS = 2_000_000  # an H200's SMs run at up to 1.98 GHz: a spin of this many cycles lasts >= ~1 ms
 
 
 def int_pairs(text: str, what: str) -> list[tuple[int, int]]:
@@ -151,12 +152,20 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
     """Milliseconds of each call: ``warmup`` untimed rounds, then ``repeats`` rounds, the order rotating so
     that no function always runs first. On a GPU this is device time with a cold L2, as ``triton.testing``
     measures it: each call is queued behind a 256 MiB memset (which evicts the L2) and a spinning kernel
-    (so the host's launch work happens while the GPU is busy), between CUDA events. Host-side cost is what
-    the ``tiny`` section measures."""
+    (so the host's launch work happens while the GPU is busy), between CUDA events. The spin lasts at least
+    twice the slowest call's host time in the last warm-up round: a compiled training step can take a
+    millisecond of Python, which would otherwise be timed as device time. Host-side cost is what the ``tiny``
+    section measures."""
+    host_ms = 0.0
     for _ in range(warmup):
+        dev.synchronize()
+        host_ms = 0.0
         for fn in fns.values():
+            t0 = time.perf_counter()
             fn()
+            host_ms = max(host_ms, (time.perf_counter() - t0) * 1e3)
     dev.synchronize()
+    sleep_cycles = max(SLEEP_CYCLES, int(host_ms * 2 * CYCLES_PER_MS))
     flush = None
     if dev.is_cuda:
         flush = _FLUSH.setdefault(str(dev.torch), torch.empty(64 * 2**20, dtype=torch.float32, device=dev.torch))
@@ -169,7 +178,7 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
             t0 = time.perf_counter()
             if start is not None and end is not None and flush is not None:
                 flush.zero_()
-                torch.cuda._sleep(SLEEP_CYCLES)
+                torch.cuda._sleep(sleep_cycles)
                 start.record()
                 fns[k]()
                 end.record()

@@ -62,8 +62,8 @@ class CompilationDescriptor:
     as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
     vendor's batch-norm kernel (cuDNN) and a kernel per op after it. ``True``: every batch norm; ``None``
     (default): on CUDA, those of 16-bit inputs (a bfloat16-autocast ResNet-50 training step on an H200: 26.65
-    against 30.01 ms; in float32 the two tie, 43.24 against 42.70 ms; ``benchmarks/RESULTS.md``, seventh
-    session); ``False``: none.
+    against 30.01 ms, seventh session; float32 regions measured 35.99 against 39.25 ms in the eighth, but stay
+    off by default until the model zoo has run with them; ``benchmarks/RESULTS.md``); ``False``: none.
     """
 
     optimization_level: int = 1
