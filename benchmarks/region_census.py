@@ -16,12 +16,13 @@ copy bandwidth. ``layout``: ``contig`` or the domain dim stored innermost (1: th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import statistics
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,15 +50,17 @@ class Seen:
     launches: int = 0
 
 
-def record_launches(only_reductions: bool) -> dict[tuple[int, tuple[Meta, ...]], Seen]:
-    """Wrap ``RegionKernel.__call__`` so that each outermost launch on CUDA is recorded (variants the call
-    dispatches to are not counted twice)."""
+@contextlib.contextmanager
+def recording(only_reductions: bool, device_type: str = "cuda") -> Iterator[dict[tuple[int, tuple[Meta, ...]], Seen]]:
+    """Within the block, each outermost ``RegionKernel`` launch on ``device_type`` is recorded, per kernel and
+    input shapes, strides and dtypes (the variants a call dispatches to are not counted again)."""
     seen: dict[tuple[int, tuple[Meta, ...]], Seen] = {}
     call = RegionKernel.__call__
     depth = [0]
 
     def recorded(self: RegionKernel, *inputs: torch.Tensor, **kw: Any) -> list[torch.Tensor]:
-        if not depth[0] and inputs and inputs[0].is_cuda and (self.config.reduction or not only_reductions):
+        if not depth[0] and inputs and inputs[0].device.type == device_type and (
+                self.config.reduction or not only_reductions):
             meta = tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in inputs)
             entry = seen.setdefault((id(self), meta), Seen(self, meta))
             entry.launches += 1
@@ -68,7 +71,10 @@ def record_launches(only_reductions: bool) -> dict[tuple[int, tuple[Meta, ...]],
             depth[0] -= 1
 
     RegionKernel.__call__ = recorded  # type: ignore[method-assign]
-    return seen
+    try:
+        yield seen
+    finally:
+        RegionKernel.__call__ = call  # type: ignore[method-assign]
 
 
 def random_like(meta: Meta, device: torch.device) -> torch.Tensor:
@@ -82,6 +88,15 @@ def random_like(meta: Meta, device: torch.device) -> torch.Tensor:
     else:
         base.copy_(torch.randint(0, 8, base.shape, device=device))
     return base.as_strided(shape, strides)
+
+
+def launched_for(k: RegionKernel, feed: Sequence[torch.Tensor]) -> tuple[RegionKernel, RegionKernel]:
+    """The variant a launch on ``feed`` dispatches to (strided where an input is not contiguous), and the
+    configuration its tuner chose for these shapes (the variant itself when untuned)."""
+    variant = k
+    if k.strided is not None and not all(x.is_contiguous() for x in feed):
+        variant = k._strided.get(k._inner_axis(feed)) or k
+    return variant, variant._tuned.get(tuple(tuple(x.shape) for x in feed), variant)
 
 
 def moved_bytes(k: RegionKernel, feed: Sequence[torch.Tensor]) -> int:
@@ -120,8 +135,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("needs a CUDA device: the kernels' times are the point")
     warnings.simplefilter("ignore")
     dev = og.device("cuda")
-    call = RegionKernel.__call__
-    seen = record_launches(not args.all)
     m = MODELS[args.model]
     torch.manual_seed(0)
     model: torch.nn.Module = WithLoss(m.build(False)).cuda().train()
@@ -129,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.channels_last and x.dim() == 4:
         model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     run = torch.compile(model, backend="opgraph", options={"cuda_graphs": False})
-    for _ in range(2):
-        with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
-            loss = run(x, y)
-        loss.backward()
+    with recording(not args.all) as seen:
+        for _ in range(2):
+            with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
+                loss = run(x, y)
+            loss.backward()
     torch.cuda.synchronize()
     ctx = fusion.Ctx(dev=dev, quick=False, nbytes=0, copy_bytes=1 << 30, widths=(), warmup=1, repeats=5, tiny_ops=0,
                      tiny_iters=0, compile_note="")
@@ -141,13 +155,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{len({id(s.kernel) for s in seen.values()})} kernels, {args.model} batch {args.batch} {args.dtype}",
           flush=True)
     rows = []
-    RegionKernel.__call__ = call  # type: ignore[method-assign]  # the census re-launches: not recorded
     for s in list(seen.values()):
         feed = [random_like(meta, dev.torch) for meta in s.inputs]
-        variant = s.kernel
-        if variant.strided is not None and not all(x.is_contiguous() for x in feed):
-            variant = variant._strided.get(variant._inner_axis(feed)) or variant
-        launched = variant._tuned.get(tuple(tuple(x.shape) for x in feed), variant)
+        variant, launched = launched_for(s.kernel, feed)
         pool = [launched] + [o for o in (variant.alternatives() if variant.alternatives and args.others else [])
                              if o.config != launched.config]
         times = fusion.measure({str(i): (lambda o=o, f=feed: o(*f)) for i, o in enumerate(pool)}, dev, 2, args.repeats)
@@ -162,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r[0] for r in rows)
     print(format_table(["kernel ops", "first input", "layout", "launched", "per step", "ms", "of copy",
                         "best other ms"], [r[1] for r in rows[:args.top]]))
-    print(f"total over the listed kinds: {total:.3f} ms a step (each launch timed alone, cold L2)")
+    print(f"all {len(rows)} launches: {total:.3f} ms a step (each timed alone, cold L2)")
     return 0
 
 

@@ -53,3 +53,33 @@ def test_step_breakdown_isolates_each_backend_in_a_process(monkeypatch: pytest.M
     assert [c[2:] for c in calls] == [["--model", "resnet50", "--repeats", "3", "--option", "a=b", "--backends", b]
                                       for b in ("eager", "opgraph")]
     assert all(c[0] == sys.executable and c[1].endswith("step_breakdown.py") for c in calls)
+
+
+def test_region_census_records_outermost_launches_and_rebuilds_their_inputs() -> None:
+    """``region_census.py`` on the CPU: launches inside ``recording`` are counted once per kernel and input layout
+    (the strided variant a call dispatches to is not counted again), the class is restored afterwards, and the
+    random stand-ins keep each input's shape, strides (broadcast dims too) and dtype."""
+    import torch
+
+    import opgraph as og
+    from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "region_census.py"))
+    g = og.Graph()
+    x = g.placeholder((6, 8), og.float32)
+    total = g.reduce_sum(x * x, [0])
+    ops, ins = region_of([total])
+    kernel = region_kernel(ops, ins, [total])
+    plain, strided = torch.randn(6, 8), torch.randn(8, 6).t()
+    call = RegionKernel.__call__
+    with module["recording"](True, device_type="cpu") as seen:
+        for v in (plain, plain, strided):
+            torch.testing.assert_close(kernel(v)[0], (v * v).sum(0))
+    assert RegionKernel.__call__ is call
+    assert sorted((s.launches, s.inputs[0][1]) for s in seen.values()) == [(1, (1, 6)), (2, (8, 1))]
+    variant, launched = module["launched_for"](kernel, [strided])
+    assert variant is not kernel and launched is variant and variant in kernel._strided.values()
+    assert module["moved_bytes"](kernel, [plain]) == (6 * 8 + 8) * 4
+    meta = ((4, 3, 5), (0, 5, 1), torch.bfloat16)
+    stand_in = module["random_like"](meta, torch.device("cpu"))
+    assert (stand_in.shape, stand_in.stride(), stand_in.dtype) == ((4, 3, 5), (0, 5, 1), torch.bfloat16)
