@@ -8,6 +8,7 @@ strided variant where an input is not contiguous, then the configuration the tun
 variant's other candidate configurations. Times are device time with a cold L2 (``benchmarks/fusion.py``'s
 ``measure``, median of ``--repeats``); ``of copy``: bytes of the inputs (broadcast dims once) and outputs / time /
 copy bandwidth. ``layout``: ``contig`` or the domain dim stored innermost (1: the channels of channels-last NCHW).
+A second table sums the launches of each kernel kind (the same ops, whatever their numbers in the graph).
 
     python benchmarks/region_census.py --model resnet50 --batch 128 --dtype bfloat16 --channels-last
     python benchmarks/region_census.py --model resnet50 --batch 64 --dtype float32 --channels-last --all
@@ -19,6 +20,7 @@ import argparse
 import contextlib
 import importlib.util
 import math
+import re
 import statistics
 import sys
 import warnings
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len({id(s.kernel) for s in seen.values()})} kernels, {args.model} batch {args.batch} {args.dtype}",
           flush=True)
     rows = []
+    kinds: dict[str, list[tuple[float, float]]] = {}  # kernel ops -> (ms, bytes) a step, per launch kind
     for s in list(seen.values()):
         feed = [random_like(meta, dev.torch) for meta in s.inputs]
         variant, launched = launched_for(s.kernel, feed)
@@ -164,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         med = [statistics.median(v) for v in times.values()]
         best = min(range(1, len(med)), key=med.__getitem__, default=None)
         nbytes = moved_bytes(launched, feed)
+        kind = " ".join(re.sub(r"_\d+$", "", op) for op in s.kernel.ops)
+        kinds.setdefault(kind, []).append((med[0] * s.launches / 2, nbytes * s.launches / 2))
         rows.append((med[0] * s.launches / 2, [
             "_".join(s.kernel.ops)[:48], "x".join(map(str, s.inputs[0][0])), layout(feed, s.kernel),
             describe(launched), s.launches // 2, f"{med[0]:.4f}", f"{nbytes / med[0] / 1e6 / gbps:.2f}",
@@ -173,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["kernel ops", "first input", "layout", "launched", "per step", "ms", "of copy",
                         "best other ms"], [r[1] for r in rows[:args.top]]))
     print(f"all {len(rows)} launches: {total:.3f} ms a step (each timed alone, cold L2)")
+    by_kind = sorted(((sum(ms for ms, _ in v), sum(b for _, b in v), k) for k, v in kinds.items()), reverse=True)
+    print(format_table(["kernel ops", "launches", "ms a step", "of copy"],
+                       [[k[:72], len(kinds[k]), f"{ms:.3f}", f"{nb / ms / 1e6 / gbps:.2f}"] for ms, nb, k in by_kind]))
     return 0
 
 
