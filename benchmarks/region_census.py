@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                         "best other ms"], [r[1] for r in rows[:args.top]]))
     print(f"all {len(rows)} launches: {total:.3f} ms a step (each timed alone, cold L2)")
     by_kind = sorted(((sum(ms for ms, _ in v), sum(b for _, b in v), k) for k, v in kinds.items()), reverse=True)
-    print(format_table(["kernel ops", "launches", "ms a step", "of copy"],
+    print(format_table(["kernel ops", "kernels", "ms a step", "of copy"],
                        [[k[:72], len(kinds[k]), f"{ms:.3f}", f"{nb / ms / 1e6 / gbps:.2f}"] for ms, nb, k in by_kind]))
     return 0
 
