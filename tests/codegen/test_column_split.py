@@ -233,3 +233,42 @@ def test_only_inputs_read_at_the_domains_index_vote_for_its_memory_order() -> No
     av, bv = (torch.randn(8, 8, generator=torch.Generator().manual_seed(k)) for k in (1, 2))
     got = kernel(*[av.t().contiguous().t() if t is a else bv.t().contiguous().t() for t in ins])[0]
     torch.testing.assert_close(got, (av.t().relu() * bv).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_tuning_spin_doubles_while_the_host_outlasts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_device_ms`` (CUDA replaced by fakes): the timed launches must be queued before the spin ahead of them
+    ends, else the events would time the host; a slower host gets a spin twice as long, up to four times."""
+    from opgraph.codegen.triton import kernel as kmod
+
+    spins: list[int] = []
+    host_ms = {"per_launch": 0.0}
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            pass
+
+        def record(self) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, other: object) -> float:
+            return 0.25
+
+    clock = {"now": 0.0}
+
+    def launch(*inputs: object) -> None:
+        clock["now"] += host_ms["per_launch"] / 1e3
+
+    monkeypatch.setattr(kmod.torch.cuda, "Event", Event)
+    monkeypatch.setattr(kmod.torch.cuda, "_sleep", spins.append)
+    monkeypatch.setattr(kmod.time, "perf_counter", lambda: clock["now"])
+    base = kmod.TUNE_HEAD_START_CYCLES
+    spin_ms = base / kmod.SPIN_CYCLES_PER_MS
+    for per_launch, want in ((0.0, [base]), (spin_ms / kmod.TUNE_LAUNCHES * 1.5, [base, 2 * base]),
+                             (spin_ms * 10, [base, 2 * base, 4 * base])):
+        spins.clear()
+        host_ms["per_launch"] = per_launch
+        assert kmod._device_ms(launch, []) == 0.25  # type: ignore[arg-type]
+        assert spins == want, (per_launch, spins)

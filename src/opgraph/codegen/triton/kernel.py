@@ -17,6 +17,7 @@ import re
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ TUNE_LAUNCHES = 5
 # a spinning kernel (~1.5 ms) ahead of the timed launches, so that they queue while the GPU is busy: timed
 # back to back from the host, kernels under ~60 us measured Python's launch rate, not themselves
 TUNE_HEAD_START_CYCLES = 3_000_000
+SPIN_CYCLES_PER_MS = 2_000_000  # the H200's SMs run at up to 1.98 GHz: a spin lasts at least cycles / this ms
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -137,19 +139,13 @@ class RegionKernel:
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
         timed: list[tuple[float, int, RegionKernel]] = []
-        for k in [self, *self.alternatives()]:
-            try:
-                k(*inputs)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda._sleep(TUNE_HEAD_START_CYCLES)
-                start.record()
-                for _ in range(TUNE_LAUNCHES):
+        with torch.cuda.device(inputs[0].device):
+            for k in [self, *self.alternatives()]:
+                try:
                     k(*inputs)
-                end.record()
-                end.synchronize()
-                timed.append((start.elapsed_time(end), len(timed), k))
-            except Exception:  # a configuration that does not compile (resources) is skipped
-                continue
+                    timed.append((_device_ms(k, inputs), len(timed), k))
+                except Exception:  # a configuration that does not compile (resources) is skipped
+                    continue
         return min(timed)[2] if timed else self
 
     def _inner_axis(self, inputs: Sequence[torch.Tensor]) -> int | None:
@@ -258,6 +254,26 @@ class RegionKernel:
             extra = self._workspace(launch.grid[0] // cfg.split, dev) if cfg.split > 1 else ()
             self.fn[launch.grid](*inputs, *outs, *extra, *launch.ints, *strides, num_warps=cfg.num_warps, **blocks)
         return outs
+
+
+def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
+    """Device time of ``TUNE_LAUNCHES`` launches queued behind a spinning kernel. Should the host take longer
+    to queue them than the spin lasts (a GC pause, a busy process), the GPU waited on it: timed again with a
+    spin twice as long, up to twice."""
+    cycles = TUNE_HEAD_START_CYCLES
+    while True:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        start.record()
+        for _ in range(TUNE_LAUNCHES):
+            k(*inputs)
+        end.record()
+        queued_ms = (time.perf_counter() - t0) * 1e3
+        end.synchronize()
+        if queued_ms < cycles / SPIN_CYCLES_PER_MS or cycles >= 4 * TUNE_HEAD_START_CYCLES:
+            return float(start.elapsed_time(end))
+        cycles *= 2
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
