@@ -130,6 +130,7 @@ def descriptor(dev: og.Device, cuda_graphs: bool = True) -> og.CompilationDescri
 _FLUSH: dict[str, torch.Tensor] = {}
 SLEEP_CYCLES = 1_000_000  # ~0.5 ms of a spinning kernel: longer than a kernel launch's host-side work
 CYCLES_PER_MS = 2_000_000  # an H200's SMs run at up to 1.98 GHz: a spin of this many cycles lasts >= ~1 ms
+MAX_SLEEP_CYCLES = 100_000_000  # ~50 ms: a warm-up call that stalled (a recompile, a GC pause) must not set it
 
 
 def int_pairs(text: str, what: str) -> list[tuple[int, int]]:
@@ -153,9 +154,10 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
     that no function always runs first. On a GPU this is device time with a cold L2, as ``triton.testing``
     measures it: each call is queued behind a 256 MiB memset (which evicts the L2) and a spinning kernel
     (so the host's launch work happens while the GPU is busy), between CUDA events. The spin lasts at least
-    twice the slowest call's host time in the last warm-up round: a compiled training step can take a
-    millisecond of Python, which would otherwise be timed as device time. Host-side cost is what the ``tiny``
-    section measures."""
+    twice the slowest call's host time in the last warm-up round (0.5 ms without warm-up; at most ~50 ms): a
+    compiled training step can take a millisecond of Python, which would otherwise be timed as device time.
+    Calls whose host work still outlasted the spin are counted and reported on stderr. Host-side cost is what
+    the ``tiny`` section measures."""
     host_ms = 0.0
     for _ in range(warmup):
         dev.synchronize()
@@ -165,7 +167,8 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
             fn()
             host_ms = max(host_ms, (time.perf_counter() - t0) * 1e3)
     dev.synchronize()
-    sleep_cycles = max(SLEEP_CYCLES, int(host_ms * 2 * CYCLES_PER_MS))
+    sleep_cycles = min(MAX_SLEEP_CYCLES, max(SLEEP_CYCLES, int(host_ms * 2 * CYCLES_PER_MS)))
+    late = 0
     flush = None
     if dev.is_cuda:
         flush = _FLUSH.setdefault(str(dev.torch), torch.empty(64 * 2**20, dtype=torch.float32, device=dev.torch))
@@ -182,11 +185,15 @@ def measure(fns: dict[str, Callable[[], Any]], dev: og.Device, warmup: int, repe
                 start.record()
                 fns[k]()
                 end.record()
+                late += (time.perf_counter() - t0) * 1e3 > sleep_cycles / CYCLES_PER_MS
                 end.synchronize()
                 samples[k].append(start.elapsed_time(end))
             else:
                 fns[k]()
                 samples[k].append((time.perf_counter() - t0) * 1e3)
+    if late:
+        print(f"measure: in {late} of {repeats * len(fns)} timed calls the host outlasted the spin ahead of them; "
+              "those times include host time", file=sys.stderr)
     return samples
 
 

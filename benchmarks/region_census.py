@@ -2,13 +2,14 @@
 alone against the copy bandwidth measured in the same run: which regions of a real network stay far from memory
 speed, in which layout, and whether another of their launch configurations would do better.
 
-A step runs (compiling, tuning each kernel on its first launch); each distinct (kernel, input shapes and strides)
-seen is then launched again on random inputs of the same shapes, strides and dtypes, as the step launched it: the
-strided variant where an input is not contiguous, then the configuration the tuner chose. ``best other`` times the
-variant's other candidate configurations. Times are device time with a cold L2 (``benchmarks/fusion.py``'s
-``measure``, median of ``--repeats``); ``of copy``: bytes of the inputs (broadcast dims once) and outputs / time /
-copy bandwidth. ``layout``: ``contig`` or the domain dim stored innermost (1: the channels of channels-last NCHW).
-A second table sums the launches of each kernel kind (the same ops, whatever their numbers in the graph).
+A first step compiles (tuning each kernel on its first launch); the launches of a second are recorded. Each
+distinct (kernel, input shapes and strides) is then launched again on random inputs of the same shapes, strides and
+dtypes, as the step launched it: the strided variant where an input is not contiguous, then the configuration the
+tuner chose. ``best other`` times the variant's other candidate configurations, its default included. Times are
+device time with a cold L2 (``benchmarks/fusion.py``'s ``measure``, median of ``--repeats``); ``of copy``: bytes of
+the inputs (broadcast dims once) and outputs / time / copy bandwidth. ``layout``: ``contig`` or the domain dim
+stored innermost (1: the channels of channels-last NCHW). A second table sums the launches of each kernel kind (the
+same ops, whatever their numbers in the graph).
 
     python benchmarks/region_census.py --model resnet50 --batch 128 --dtype bfloat16 --channels-last
     python benchmarks/region_census.py --model resnet50 --batch 64 --dtype float32 --channels-last --all
@@ -23,6 +24,7 @@ import math
 import re
 import statistics
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -58,19 +60,21 @@ def recording(only_reductions: bool, device_type: str = "cuda") -> Iterator[dict
     input shapes, strides and dtypes (the variants a call dispatches to are not counted again)."""
     seen: dict[tuple[int, tuple[Meta, ...]], Seen] = {}
     call = RegionKernel.__call__
-    depth = [0]
+    nesting = threading.local()  # autograd runs CUDA backward graphs on a thread of its own
 
     def recorded(self: RegionKernel, *inputs: torch.Tensor, **kw: Any) -> list[torch.Tensor]:
-        if not depth[0] and inputs and inputs[0].device.type == device_type and (
-                self.config.reduction or not only_reductions):
-            meta = tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in inputs)
-            entry = seen.setdefault((id(self), meta), Seen(self, meta))
-            entry.launches += 1
-        depth[0] += 1
+        depth = getattr(nesting, "depth", 0)
+        outermost = not depth and inputs and inputs[0].device.type == device_type and (
+            self.config.reduction or not only_reductions)
+        nesting.depth = depth + 1
         try:
-            return call(self, *inputs, **kw)
+            out = call(self, *inputs, **kw)
         finally:
-            depth[0] -= 1
+            nesting.depth = depth
+        if outermost:  # counted once it ran
+            meta = tuple((tuple(x.shape), tuple(x.stride()), x.dtype) for x in inputs)
+            seen.setdefault((id(self), meta), Seen(self, meta)).launches += 1
+        return out
 
     RegionKernel.__call__ = recorded  # type: ignore[method-assign]
     try:
@@ -80,15 +84,17 @@ def recording(only_reductions: bool, device_type: str = "cuda") -> Iterator[dict
 
 
 def random_like(meta: Meta, device: torch.device) -> torch.Tensor:
+    """Random values of the recorded shape, strides (broadcast dims stay stride 0) and dtype. Not reproduced:
+    the storage offset, and inputs that shared memory in the step (each gets its own)."""
     shape, strides, dtype = meta
     span = 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True) if d > 0)
-    base = torch.empty(span if all(shape) else 0, dtype=dtype, device=device)
+    n = span if all(shape) else 0
     if dtype == torch.bool:
-        base.copy_(torch.rand(base.shape, device=device) < 0.5)
+        base = torch.rand(n, device=device) < 0.5
     elif dtype.is_floating_point:
-        base.normal_()
+        base = torch.randn(n, device=device).to(dtype)  # float8 has no normal_
     else:
-        base.copy_(torch.randint(0, 8, base.shape, device=device))
+        base = torch.randint(0, 8, (n,), device=device).to(dtype)
     return base.as_strided(shape, strides)
 
 
@@ -102,7 +108,9 @@ def launched_for(k: RegionKernel, feed: Sequence[torch.Tensor]) -> tuple[RegionK
 
 
 def moved_bytes(k: RegionKernel, feed: Sequence[torch.Tensor]) -> int:
-    read = sum(math.prod(d for d, s in zip(x.shape, x.stride(), strict=True) if s) * x.element_size() for x in feed)
+    """Bytes a launch must move at least: each input's distinct elements (broadcast dims once), the outputs."""
+    read = sum(math.prod(d for d, s in zip(x.shape, x.stride(), strict=True) if s) * x.element_size()
+               for x in feed if x.numel())
     outs = k._launch(tuple(tuple(x.shape) for x in feed)).out_shapes
     written = sum(math.prod(s) * t.dtype.torch_dtype.itemsize for s, t in zip(outs, k.out_types, strict=True))
     return int(read + written)
@@ -144,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.channels_last and x.dim() == 4:
         model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     run = torch.compile(model, backend="opgraph", options={"cuda_graphs": False})
-    with recording(not args.all) as seen:
-        for _ in range(2):
+    for record in (False, True):  # a first step compiles and tunes; the second is recorded
+        with recording(not args.all) if record else contextlib.nullcontext({}) as seen:
             with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
                 loss = run(x, y)
             loss.backward()
@@ -153,34 +161,43 @@ def main(argv: list[str] | None = None) -> int:
     ctx = fusion.Ctx(dev=dev, quick=False, nbytes=0, copy_bytes=1 << 30, widths=(), warmup=1, repeats=5, tiny_ops=0,
                      tiny_iters=0, compile_note="")
     gbps = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {gbps:.0f} GB/s; {len(seen)} distinct launches of "
-          f"{len({id(s.kernel) for s in seen.values()})} kernels, {args.model} batch {args.batch} {args.dtype}",
+    print(f"copy bandwidth (roofline): {gbps:.0f} GB/s; {len({id(s.kernel) for s in seen.values()})} kernels, "
+          f"{len(seen)} kernel and input layouts, {args.model} batch {args.batch} {args.dtype}",
           flush=True)
     rows = []
-    kinds: dict[str, list[tuple[float, float]]] = {}  # kernel ops -> (ms, bytes) a step, per launch kind
+    kinds: dict[str, list[tuple[float, float, int]]] = {}  # kernel ops -> (ms, bytes) a step, per launch kind
     for s in list(seen.values()):
         feed = [random_like(meta, dev.torch) for meta in s.inputs]
         variant, launched = launched_for(s.kernel, feed)
-        pool = [launched] + [o for o in (variant.alternatives() if variant.alternatives and args.others else [])
-                             if o.config != launched.config]
+        others = [variant, *variant.alternatives()] if variant.alternatives and args.others else []
+        pool = [launched] + [o for o in others if o.config != launched.config]
+        shapes = tuple(tuple(x.shape) for x in feed)
+        tuned = variant._tuned.get(shapes)
+        variant._tuned[shapes] = variant  # while timing, the default configuration launches as itself
         times = fusion.measure({str(i): (lambda o=o, f=feed: o(*f)) for i, o in enumerate(pool)}, dev, 2, args.repeats)
+        if tuned is None:
+            del variant._tuned[shapes]
+        else:
+            variant._tuned[shapes] = tuned
         med = [statistics.median(v) for v in times.values()]
         best = min(range(1, len(med)), key=med.__getitem__, default=None)
         nbytes = moved_bytes(launched, feed)
         kind = " ".join(re.sub(r"_\d+$", "", op) for op in s.kernel.ops)
-        kinds.setdefault(kind, []).append((med[0] * s.launches / 2, nbytes * s.launches / 2))
-        rows.append((med[0] * s.launches / 2, [
+        kinds.setdefault(kind, []).append((med[0] * s.launches, nbytes * s.launches, id(s.kernel)))
+        rows.append((med[0] * s.launches, [
             "_".join(s.kernel.ops)[:48], "x".join(map(str, s.inputs[0][0])), layout(feed, s.kernel),
-            describe(launched), s.launches // 2, f"{med[0]:.4f}", f"{nbytes / med[0] / 1e6 / gbps:.2f}",
+            describe(launched), s.launches, f"{med[0]:.4f}", f"{nbytes / med[0] / 1e6 / gbps:.2f}",
             "-" if best is None else f"{med[best]:.4f} {describe(pool[best])}"]))
     rows.sort(key=lambda r: -r[0])
     total = sum(r[0] for r in rows)
     print(format_table(["kernel ops", "first input", "layout", "launched", "per step", "ms", "of copy",
                         "best other ms"], [r[1] for r in rows[:args.top]]))
-    print(f"all {len(rows)} launches: {total:.3f} ms a step (each timed alone, cold L2)")
-    by_kind = sorted(((sum(ms for ms, _ in v), sum(b for _, b in v), k) for k, v in kinds.items()), reverse=True)
+    launches = sum(s.launches for s in seen.values())
+    print(f"{launches} launches a step: {total:.3f} ms (each timed alone, cold L2)")
+    by_kind = sorted(((sum(v[0] for v in vs), sum(v[1] for v in vs), k) for k, vs in kinds.items()), reverse=True)
     print(format_table(["kernel ops", "kernels", "ms a step", "of copy"],
-                       [[k[:72], len(kinds[k]), f"{ms:.3f}", f"{nb / ms / 1e6 / gbps:.2f}"] for ms, nb, k in by_kind]))
+                       [[k[:72], len({v[2] for v in kinds[k]}), f"{ms:.3f}", f"{nb / ms / 1e6 / gbps:.2f}"]
+                        for ms, nb, k in by_kind]))
     return 0
 
 

@@ -80,6 +80,7 @@ def test_region_census_records_outermost_launches_and_rebuilds_their_inputs() ->
     variant, launched = module["launched_for"](kernel, [strided])
     assert variant is not kernel and launched is variant and variant in kernel._strided.values()
     assert module["moved_bytes"](kernel, [plain]) == (6 * 8 + 8) * 4
+    assert module["moved_bytes"](kernel, [torch.randn(8).expand(6, 8)]) == (8 + 8) * 4  # a broadcast row read once
     meta = ((4, 3, 5), (0, 5, 1), torch.bfloat16)
     stand_in = module["random_like"](meta, torch.device("cpu"))
     assert (stand_in.shape, stand_in.stride(), stand_in.dtype) == ((4, 3, 5), (0, 5, 1), torch.bfloat16)
