@@ -111,12 +111,12 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def check_training_against_float64(model: torch.nn.Module, *inputs: torch.Tensor, factor: float = 8.0,
                                    floor: float = 1e-4, allow: Sequence[str] = (),
-                                   autocast: bool = False) -> list[GraphReport]:
+                                   autocast: bool = False, options: dict[str, Any] | None = None) -> list[GraphReport]:
     """One training step of the compiled module against eager float64 as the oracle: the loss, every gradient,
     buffer and SGD-updated parameter of opgraph may be at most ``factor`` times as far (relative L2 error) from
     float64 as eager PyTorch's at the model's precision, or within ``floor``. For deep models where rounding
     alone moves individual gradient elements of float32 more than a fixed tolerance allows. ``autocast``: opgraph
-    and eager step under bfloat16 autocast (the oracle still in float64)."""
+    and eager step under bfloat16 autocast (the oracle still in float64). ``options``: the backend's."""
     loss = (lambda out: out.double().square().mean())
     runs = {}
     reports: list[GraphReport] = []
@@ -130,7 +130,7 @@ def check_training_against_float64(model: torch.nn.Module, *inputs: torch.Tensor
         if name == "opgraph":
             with recording() as reports, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                fn = compiled(m)
+                fn = compiled(m, options)
                 with cast:
                     value = loss(fn(*xs))
                 value.backward()
