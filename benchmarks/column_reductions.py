@@ -8,7 +8,7 @@ region is emitted with every configuration worth trying. ``statistics``: a decom
 ``backward``: the incoming gradient plus a residual gradient, masked by the ReLU (zero where y <= 0), and its
 two sums against x - mean. Configurations: the region's own ``candidate_configs`` (the first is the default,
 what runs untuned), then a grid of column tiles (``--tiles`` xblock x rblock, ``--warps``) split as
-``configs._column_split`` splits them for about ``--per-sm`` programs a multiprocessor.
+``configs.column_split`` splits them for about ``--per-sm`` programs a multiprocessor.
 
 Times are device time with a cold L2 (``benchmarks/fusion.py``'s ``measure``, the median of ``--repeats``).
 ``of copy``: bytes moved / time / copy bandwidth; statistics read x once, the backward moves five passes (y,
@@ -30,7 +30,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
-from opgraph.codegen.triton.configs import _column_split
+from opgraph.codegen.triton.configs import column_split
 from opgraph.codegen.triton.kernel import region_kernel, region_of
 from opgraph.codegen.triton.region import Config, RegionEmitter, candidate_configs
 
@@ -109,21 +109,11 @@ def configs(r: Region, rows: int, kept: int, sms: int, grid: Grid = Grid()) -> t
     for xblock, rblock in grid.tiles:
         for warps in grid.warps:
             for per_sm in grid.per_sm:
-                split = _column_split(kept, xblock, rows, rblock, per_sm * sms)
+                split = column_split(kept, xblock, rows, rblock, per_sm * sms)
                 cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=warps, split=split)
                 if cfg not in out:
                     out.append(cfg)
     return candidates, out
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
 
 
 def _tiles(text: str) -> tuple[tuple[int, int], ...]:
@@ -154,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=5, help="configurations listed per case (fastest first)")
     p.add_argument("--repeats", type=int, default=10, help="timed launches of each configuration")
     p.add_argument("--tiles", type=_tiles, default=Grid.tiles, help="swept XxR column tiles (X columns, R rows)")
-    p.add_argument("--warps", type=_ints, default=Grid.warps, help="swept warps a program (comma-separated)")
-    p.add_argument("--per-sm", type=_ints, default=Grid.per_sm,
+    p.add_argument("--warps", type=fusion.positive_ints, default=Grid.warps,
+                   help="swept warps a program (comma-separated)")
+    p.add_argument("--per-sm", type=fusion.positive_ints, default=Grid.per_sm,
                    help="swept programs a multiprocessor the split aims at (comma-separated)")
     args = p.parse_args(argv)
     grid = Grid(args.tiles, args.warps, args.per_sm)

@@ -144,6 +144,28 @@ def int_pairs(text: str, what: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in pairs]
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers, for an argparse type."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def names_of(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of ``choices``."""
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}: choose from {', '.join(choices)}")
+        return names
+    return parse
+
+
 def channel_shapes(text: str) -> list[tuple[int, int]]:
     """``--shapes`` of the batch-norm benchmarks: comma-separated CxS pairs (C channels of S x S), an argparse type."""
     return int_pairs(text, "CxS pairs such as 64x56,512x28")

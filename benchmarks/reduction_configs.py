@@ -62,10 +62,13 @@ def describe(c: Config) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ops", default="softmax,layer_norm,rms_norm", help=f"of {', '.join(fusion.NORMS)}")
-    p.add_argument("--dtypes", default="float32,bfloat16", help="of float32, bfloat16")
-    p.add_argument("--widths", default="262144", help="row widths (powers of two)")
-    p.add_argument("--chunks", default="4096,8192,16384,32768", help="split: elements a program holds")
+    p.add_argument("--ops", type=fusion.names_of(list(fusion.NORMS)), default=["softmax", "layer_norm", "rms_norm"],
+                   help=f"comma-separated, of {', '.join(fusion.NORMS)}")
+    p.add_argument("--dtypes", type=fusion.names_of(["float32", "bfloat16"]), default=["float32", "bfloat16"],
+                   help="comma-separated, of float32, bfloat16")
+    p.add_argument("--widths", type=fusion.positive_ints, default=(262144,), help="row widths (powers of two)")
+    p.add_argument("--chunks", type=fusion.positive_ints, default=(4096, 8192, 16384, 32768),
+                   help="split: elements a program holds (powers of two)")
     p.add_argument("--mib", type=float, default=256, help="MiB of each input matrix")
     p.add_argument("--repeats", type=int, default=15, help="timed calls of each configuration")
     p.add_argument("--top", type=int, default=6, help="rows printed per case (fastest first)")
@@ -76,15 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     ctx = fusion.Ctx(dev, False, int(args.mib * 2**20), 2**30, (), 2, args.repeats, 0, 0, "")
     copy = fusion.copy_bandwidth(ctx)["best_gbps"]
     print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
-    chunks = [int(c) for c in args.chunks.split(",")]
-    if any(c <= 0 or c & (c - 1) for c in chunks):
+    chunks = list(args.chunks)
+    if any(c & (c - 1) for c in chunks):
         p.error(f"--chunks must be powers of two, got {args.chunks}")
     failed = False
-    for op in args.ops.split(","):
+    for op in args.ops:
         nparams, build, _ = fusion.NORMS[op]
-        for dtype in args.dtypes.split(","):
+        for dtype in args.dtypes:
             ogt, tt = fusion.DTYPES[dtype]
-            for width in (int(w) for w in args.widths.split(",")):
+            for width in args.widths:
                 rows = max(1, ctx.nbytes // (width * tt.itemsize))
                 g = og.Graph()
                 x = g.placeholder((rows, width), ogt)

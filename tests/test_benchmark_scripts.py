@@ -84,3 +84,16 @@ def test_region_census_records_outermost_launches_and_rebuilds_their_inputs() ->
     meta = ((4, 3, 5), (0, 5, 1), torch.bfloat16)
     stand_in = module["random_like"](meta, torch.device("cpu"))
     assert (stand_in.shape, stand_in.stride(), stand_in.dtype) == ((4, 3, 5), (0, 5, 1), torch.bfloat16)
+
+
+def test_shared_argument_types_reject_what_they_cannot_take() -> None:
+    import argparse
+
+    fusion = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "fusion.py"))
+    assert fusion["positive_ints"]("8,16") == (8, 16)
+    assert fusion["names_of"](["a", "b"])("b,a") == ["b", "a"]
+    for bad in ("8,x", "0", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            fusion["positive_ints"](bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown c"):
+        fusion["names_of"](["a", "b"])("a,c")

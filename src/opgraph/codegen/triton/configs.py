@@ -68,7 +68,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                 # eight programs a multiprocessor, or two of 64x64 tiles since flat column addresses (eighth)
                 for xblock, rblock, per_sm in ((64, 32, 8), (64, 64, 8), (64, 32, 4), (32, 32, 4), (32, 32, 8),
                                                (32, 64, 8), (64, 64, 2)):
-                    split = _column_split(kept, xblock, rnumel, rblock, per_sm * sms)
+                    split = column_split(kept, xblock, rnumel, rblock, per_sm * sms)
                     cfg = Config(reduction=True, xblock=xblock, rblock=rblock, looped=True, num_warps=4, split=split)
                     if split > 1 and cfg not in splits:
                         splits.append(cfg)
@@ -103,7 +103,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
     return out
 
 
-def _column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
+def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
     """Parts (a power of two) to split each column tile's rows into: at most ``programs`` programs, each walking at
     least four row blocks."""
     tiles = -(-kept // xblock)
@@ -135,4 +135,4 @@ def float32_statistics(reductions: Sequence[Operation]) -> bool:
     return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in reductions)
 
 
-__all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "default_config"]
+__all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "column_split", "default_config"]
