@@ -52,6 +52,7 @@ from ._text import (
 from .configs import Config, candidate_configs, default_config, float32_statistics
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .indexing import Index
+from .inplace import inplace_pairs
 from .reductions import REDUCTIONS
 
 
@@ -767,11 +768,9 @@ class RegionEmitter:
         ]
         return "\n".join(header + body) + "\n"
 
-    def _row_level(self, t: Tensor) -> bool:
-        try:
-            return self.store_index(t)[2]
-        except (NotExpressible, GraphError):
-            return True
+    def inplace_ok(self) -> frozenset[tuple[int, int]]:
+        """Pairs (input i, output j) such that output j may be written into input i's buffer (``inplace``)."""
+        return inplace_pairs(self)
 
     def row_start(self) -> Index:
         """The domain index of the first element of the current rows (reduced dims at 0)."""
@@ -781,32 +780,6 @@ class RegionEmitter:
         """The row index of a reduction's (non-full) output."""
         row = self._row_index()
         return tuple(row[k] if k in self.xaxes else "0" for k in self._row_dims(op, op.outputs[0].rank))
-
-    def inplace_ok(self) -> frozenset[tuple[int, int]]:
-        """Pairs (input i, output j): the kernel reads input i only where it writes output j (same shape and
-        dtype), so output j may be written into input i's buffer. Not for an output broadcast along a kept dim:
-        one program stores it while the others still read the input there (a batch norm's (1, 1, 1, C) mean)."""
-        pairs = set()
-        early = self.config.looped or self.config.split > 1  # row outputs are stored while others still read
-        stored_first = {j for j, _ in self.early} if self.early_loop is not None else set()
-        for i, t in enumerate(self.inputs):
-            seen = self.loaded_at.get(i, set())
-            if not seen or None in seen:
-                continue
-            # an output stored by the first walk may take the buffer of an input only that walk reads (not a
-            # later walk, nor the code between: a row's first element, or a split row's shift, read by others)
-            only_first = self.loaded_in.get(i) == {self.early_loop}
-            for j, o in enumerate(self.outputs):
-                if o.type == t.type and t.type.is_static and not (early and self._row_level(o)) \
-                        and not self._stored_by_some(o) and (j not in stored_first or only_first):
-                    pairs.add((i, j))
-        return frozenset(pairs)
-
-    def _stored_by_some(self, t: Tensor) -> bool:
-        try:
-            return bool(self.store_index(t)[1])
-        except (NotExpressible, GraphError):
-            return True
 
 
 __all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]
