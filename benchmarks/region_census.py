@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(seen)} kernel and input layouts, {args.model} batch {args.batch} {args.dtype}",
           flush=True)
     rows = []
-    kinds: dict[str, list[tuple[float, float, int]]] = {}  # kernel ops -> (ms, bytes) a step, per launch kind
+    kinds: dict[str, list[tuple[float, float, int]]] = {}  # kernel ops -> (ms, bytes, kernel id) a step, per layout
     for s in list(seen.values()):
         feed = [random_like(meta, dev.torch) for meta in s.inputs]
         variant, launched = launched_for(s.kernel, feed)
