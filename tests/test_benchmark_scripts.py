@@ -97,3 +97,33 @@ def test_shared_argument_types_reject_what_they_cannot_take() -> None:
             fusion["positive_ints"](bad)
     with pytest.raises(argparse.ArgumentTypeError, match="unknown c"):
         fusion["names_of"](["a", "b"])("a,c")
+
+
+@pytest.mark.parametrize("case", ["chain-8", "bn-forward", "bn-backward"])
+def test_elementwise_config_regions_compute_their_case(case: str) -> None:
+    """``elementwise_configs.py`` on the CPU (Triton's interpreter): each case's region, in its default and in a
+    larger block, equals the same expression written in PyTorch; the swept pairs keep 2-32 elements a thread."""
+    import torch
+
+    import opgraph as og
+    from opgraph.codegen.triton.configs import Config
+    from opgraph.codegen.triton.kernel import region_kernel
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "elementwise_configs.py"))
+    r = module["build"](case, og.float32, 3000 * 4 / 2**20, (2, 3, 5, 8), "cpu")
+    v = {t.name: x for t, x in zip(r.inputs, r.feed, strict=True)}
+    x = v["x"]
+    if case.startswith("chain"):
+        y = v["y"]
+        want = torch.sigmoid(torch.maximum(torch.exp(torch.tanh(x * 0.5 + y) * 1.5), y)) + 0.25
+    elif case == "bn-forward":
+        want = torch.relu((x - v["mean"]) * v["scale"] + v["beta"])
+    else:
+        want = (v["grad"] - v["gmean"] - (x - v["mean"]) * v["k"]) * v["scale"]
+    for cfg in (module["DEFAULT"], Config(reduction=False, block=2048, num_warps=8)):
+        (got,) = region_kernel(r.ops, r.inputs, r.outputs, config=cfg)(*r.feed)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    cfgs = module["configs"]((256, 1024, 8192), (4, 16))
+    assert cfgs[0] == module["DEFAULT"]
+    assert all(2 <= c.block // (32 * c.num_warps) <= 32 for c in cfgs)
+    assert {(c.block, c.num_warps) for c in cfgs} == {(1024, 4), (256, 4), (1024, 16), (8192, 16)}
