@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from ..core.errors import AttributeValueError, DTypeError
 from ..core.types import TensorType
 from ..ir.graph import GraphCore, Operation, Tensor
+from ..kernels import max_pool
 from ._padding import (
     check_output_shape,
     check_same_dims,
@@ -238,9 +239,12 @@ def _return_indices_lower(ctx: LowerContext) -> Callable[..., Any]:
     plans = _plans(d, ctx.device)
     cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
     torch_native = isinstance(d, Pooling2dDescriptor) and not cl and mode is Mode.GLOBAL_FLATTEN_2D
+    interpret = bool(getattr(ctx.options, "triton_interpret", False))
 
     def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         plan = plans(tuple(x.shape[-4:]))
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(x, interpret):  # channels-last
+            return max_pool.forward(x, plan.torch2d, (plan.geo.outs[2], plan.geo.outs[3]), dtype)
         if plan.torch2d is not None:  # PyTorch's kernel, index h * W + w
             v, i = torch.ops.aten.max_pool2d_with_indices(x.permute(0, 3, 1, 2) if cl else x, *plan.torch2d)
             if torch_native:
@@ -349,10 +353,13 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
     cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
     torch_native = isinstance(d, Pooling2dDescriptor) and not cl and mode is Mode.GLOBAL_FLATTEN_2D
     cpu = ctx.device.type == "cpu"
+    interpret = bool(getattr(ctx.options, "triton_interpret", False))
 
     def run(grad: torch.Tensor, idx: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
         shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
         plan = plans(shape[-4:])
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(grad, interpret):  # channels-last
+            return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d)
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
             if torch_native:

@@ -1,0 +1,102 @@
+"""Max pooling over H and W with PyTorch's indices (``h * W + w`` in each channel's plane), forward and backward,
+for activations stored channels-last (NHWC), where PyTorch's CUDA kernels are slow: on an H200 its NHWC backward
+took 0.91 ms for ResNet-50's stem pool at batch 128, against ~0.1 ms to move its bytes (RESULTS.md, eighth session).
+
+The forward gives each program a tile of output positions x channels (channels innermost, so loads and stores
+are contiguous) and walks the window, keeping PyTorch's argmax rules: the first maximum wins, a NaN wins and a
+later NaN replaces it, and a window of -inf points at its first element inside the image. The backward gathers
+instead of scattering: each input element checks the (at most ``ceil(window / stride)`` per dim) windows that
+cover it and sums the gradients of those whose index names it; no atomics, deterministic.
+
+The kernels read and write at the tensors' strides (any layout works); the lowering of ``max_pool2d_return_indices``
+and ``max_pool2d_gradient`` uses them for channels-last tensors on CUDA, or on the CPU under Triton's interpreter
+when the compilation asks for it (``use_kernels``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+ENABLED = True  # switched off by benchmarks/max_pool.py to time PyTorch's kernels in the same process
+Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, stride, pad, dilation
+BLOCK_P, BLOCK_C = 32, 64  # positions x channels a program: 16 elements a thread with 4 warps
+_kernels: dict[str, Any] = {}
+
+
+def use_kernels(x: torch.Tensor, interpret: bool = False) -> bool:
+    """These kernels replace PyTorch's for ``x``: a tensor stored channels-last (with 32-bit offsets) on CUDA, or on
+    the CPU when kernels run in Triton's interpreter (``CompilationDescriptor(triton_interpret=True)``); Triton
+    installed, and not switched off."""
+    on_device = x.is_cuda or (interpret and x.device.type == "cpu")
+    return (ENABLED and on_device and x.dim() == 4 and x.numel() < 2**31 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=torch.channels_last) and _triton_installed())
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _channels_last(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    n, c, h, w = shape
+    return torch.empty((n, h, w, c), dtype=dtype, device=device).permute(0, 3, 1, 2)
+
+
+def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
+            index_dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, indices)`` of max pooling ``x`` (N, C, H, W) over ``window`` (kernel, stride, padding, dilation,
+    each (along H, along W)) into ``out_hw`` positions; both results stored channels-last.
+
+    >>> import torch
+    >>> x = torch.arange(16.0).reshape(1, 1, 4, 4)
+    >>> v, i = forward(x, ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2))  # doctest: +SKIP
+    """
+    k = _load()
+    n, c, h, w = x.shape
+    oh, ow = out_hw
+    values = _channels_last((n, c, oh, ow), x.dtype, x.device)
+    indices = _channels_last((n, c, oh, ow), index_dtype, x.device)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window
+    positions = n * oh * ow
+    if positions and c:
+        grid = (-(-positions // BLOCK_P), -(-c // BLOCK_C))
+        k["forward"][grid](x, values, indices, positions, c, h, w, oh, ow, *x.stride(), *values.stride(),
+                           KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, WIDE=x.dtype == torch.float64,
+                           BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C, num_warps=4)
+    return values, indices
+
+
+def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], window: Window) -> torch.Tensor:
+    """The gradient of max pooling with respect to its input (N, C, H, W), stored channels-last: each element gets
+    the sum of ``grad`` over the windows whose index in ``indices`` names it."""
+    k = _load()
+    n, c, oh, ow = grad.shape
+    h, w = in_hw
+    dx = _channels_last((n, c, h, w), grad.dtype, grad.device)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = window
+    positions = n * h * w
+    if positions and c:
+        grid = (-(-positions // BLOCK_P), -(-c // BLOCK_C))
+        reach_h, reach_w = -(-((kh - 1) * dh + 1) // sh), -(-((kw - 1) * dw + 1) // sw)
+        k["backward"][grid](grad, indices, dx, positions, c, h, w, oh, ow, *grad.stride(), *indices.stride(),
+                            *dx.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, RH=reach_h,
+                            RW=reach_w, WIDE=grad.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C,
+                            num_warps=4)
+    return dx
+
+
+def _load() -> dict[str, Any]:
+    """The jitted kernels, defined on first use (Triton is imported only then)."""
+    if not _kernels:
+        from . import _max_pool_triton as kt
+
+        _kernels.update(forward=kt.max_pool2d_forward, backward=kt.max_pool2d_backward)
+    return _kernels
+
+
+__all__ = ["ENABLED", "backward", "forward", "use_kernels"]

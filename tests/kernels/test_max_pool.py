@@ -1,0 +1,123 @@
+"""``opgraph.kernels.max_pool`` against PyTorch's max pooling (values, argmax indices, gradient), on the CPU under
+Triton's interpreter: ResNet's and VGG's windows, dilation, uneven windows, channels past one tile, ties, NaN and
+windows of -inf."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from opgraph.kernels import max_pool  # noqa: E402
+
+WINDOWS = {  # (kernel, stride, padding, dilation), each (along H, along W)
+    "resnet-stem": ((3, 3), (2, 2), (1, 1), (1, 1)),
+    "vgg": ((2, 2), (2, 2), (0, 0), (1, 1)),
+    "overlapping": ((3, 3), (1, 1), (1, 1), (1, 1)),
+    "dilated": ((3, 3), (2, 2), (1, 1), (2, 2)),
+    "uneven": ((3, 2), (2, 1), (1, 0), (1, 2)),
+}
+
+
+def _out(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _case(shape: tuple[int, int, int, int], dtype: torch.dtype, special: bool, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=gen).float()  # few distinct values: ties in most windows
+    if special:
+        flat = x.view(-1)
+        flat[torch.randperm(flat.numel(), generator=gen)[:4]] = float("nan")
+        x[0, :, :4, :4] = float("-inf")  # windows of the padded corner see only -inf (dilated ones too)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["ties", "nan-inf"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=["f64", "f32", "bf16"])
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_forward_and_backward_match_pytorch(window: str, dtype: torch.dtype, special: bool) -> None:
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = win = WINDOWS[window]
+    shape = (2, 70, 7, 6)  # 70 channels: two channel tiles, the second partly masked
+    x = _case(shape, dtype, special, seed=len(window))
+    out_hw = (_out(7, kh, sh, ph, dh), _out(6, kw, sw, pw, dw))
+    want_v, want_i = torch.ops.aten.max_pool2d_with_indices(x.double(), [kh, kw], [sh, sw], [ph, pw], [dh, dw])
+    got_v, got_i = max_pool.forward(x.contiguous(memory_format=torch.channels_last), win, out_hw)
+    assert got_v.is_contiguous(memory_format=torch.channels_last) and got_i.dtype == torch.int64
+    torch.testing.assert_close(got_v.double(), want_v.double(), equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got_i, want_i), (got_i != want_i).nonzero()[:5]
+
+    grad = torch.randn(want_v.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
+    want_dx = torch.ops.aten.max_pool2d_with_indices_backward(
+        grad.double(), x.double(), [kh, kw], [sh, sw], [ph, pw], [dh, dw], False, want_i)
+    got_dx = max_pool.backward(grad.contiguous(memory_format=torch.channels_last), got_i, (7, 6), win)
+    assert got_dx.is_contiguous(memory_format=torch.channels_last) and got_dx.dtype == dtype
+    tol = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-6, atol=1e-6),
+           torch.bfloat16: dict(rtol=1e-2, atol=1e-2)}[dtype]
+    torch.testing.assert_close(got_dx.double(), want_dx, **tol)
+
+
+def test_int32_indices_and_strided_inputs() -> None:
+    """Indices in the dtype asked for; inputs at any strides (an NCHW tensor read as it is)."""
+    win = WINDOWS["resnet-stem"]
+    x = torch.randn(1, 3, 9, 9)
+    want_v, want_i = torch.ops.aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1], [1, 1])
+    got_v, got_i = max_pool.forward(x, win, (5, 5), torch.int32)
+    assert got_i.dtype == torch.int32 and torch.equal(got_i.long(), want_i) and torch.equal(got_v, want_v)
+    dx = max_pool.backward(torch.ones_like(got_v), got_i, (9, 9), win)
+    assert torch.equal(dx, torch.ops.aten.max_pool2d_with_indices_backward(
+        torch.ones_like(want_v), x, [3, 3], [2, 2], [1, 1], [1, 1], False, want_i))
+
+
+def test_used_only_for_channels_last_cuda_tensors() -> None:
+    x = torch.randn(2, 8, 4, 4)
+    assert not max_pool.use_kernels(x.contiguous(memory_format=torch.channels_last))  # the CPU keeps PyTorch's
+    assert not max_pool.use_kernels(x)
+
+
+def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: dict[str, object]) -> list[str]:
+    """Three SGD steps of a CNN with a max pool after NHWC convolutions, through the torch backend and eagerly:
+    the same parameters after each; returns which of these kernels the backend called."""
+    import copy
+
+    from torch import nn
+
+    calls: list[str] = []
+    for name in ("forward", "backward"):
+        fn = getattr(max_pool, name)
+        monkeypatch.setattr(max_pool, name, lambda *a, _fn=fn, _n=name: (calls.append(_n), _fn(*a))[1])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+                          nn.Conv2d(16, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+    model = model.to(device)
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="opgraph", options={"warn_fallbacks": False, **options})
+    opt, opt2 = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model, twin))
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for _ in range(3):
+            x = torch.randn(4, 3, 17, 17, device=device)
+            for m, o in ((compiled, opt), (twin, opt2)):
+                o.zero_grad()
+                m(x).square().mean().backward()  # a loss that SGD at this rate does not blow up
+                o.step()
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+    return calls
+
+
+def test_a_channels_last_cnn_trains_through_them_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _train_against_eager(monkeypatch, "cpu", {"triton_interpret": True, "channels_last": True})
+    assert "forward" in calls and "backward" in calls, calls
+
+
+@pytest.mark.gpu
+def test_a_channels_last_cnn_trains_through_them_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the convolutions run NHWC by default, so the pool reads channels-last storage."""
+    calls = _train_against_eager(monkeypatch, "cuda", {})
+    assert "forward" in calls and "backward" in calls, calls
