@@ -127,3 +127,16 @@ def test_elementwise_config_regions_compute_their_case(case: str) -> None:
     assert cfgs[0] == module["DEFAULT"]
     assert all(2 <= c.block // (32 * c.num_warps) <= 32 for c in cfgs)
     assert {(c.block, c.num_warps) for c in cfgs} == {(1024, 4), (256, 4), (1024, 16), (8192, 16)}
+
+
+def test_max_pool_benchmark_steps_agree_on_the_cpu() -> None:
+    """``max_pool.py``'s correctness check and its eager and opgraph steps, on small channels-last tensors (opgraph's
+    kernels in Triton's interpreter)."""
+    import torch
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "max_pool.py"))
+    x = torch.randn(2, 5, 9, 9).contiguous(memory_format=torch.channels_last)
+    grad = torch.randn(2, 5, 5, 5).contiguous(memory_format=torch.channels_last)
+    assert module["check"](x, grad, 3, 2, 1)
+    fns = module["steps"](x, grad, 3, 2, 1)
+    torch.testing.assert_close(fns["opgraph"](), fns["eager"]())
