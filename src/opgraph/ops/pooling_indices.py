@@ -358,7 +358,8 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(grad: torch.Tensor, idx: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
         shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
         plan = plans(shape[-4:])
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(grad, interpret):  # channels-last
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(grad, interpret) \
+                and math.prod(shape) < 2**31:  # channels-last; dx with 32-bit offsets too
             return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d)
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
