@@ -70,10 +70,14 @@ def test_int32_indices_and_strided_inputs() -> None:
         torch.ones_like(want_v), x, [3, 3], [2, 2], [1, 1], [1, 1], False, want_i))
 
 
-def test_used_only_for_channels_last_cuda_tensors() -> None:
+def test_used_only_for_channels_last_tensors_on_cuda_or_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(max_pool, "ENABLED", True)
     x = torch.randn(2, 8, 4, 4)
-    assert not max_pool.use_kernels(x.contiguous(memory_format=torch.channels_last))  # the CPU keeps PyTorch's
-    assert not max_pool.use_kernels(x)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert not max_pool.use_kernels(cl)  # the CPU keeps PyTorch's
+    assert max_pool.use_kernels(cl, interpret=True) and not max_pool.use_kernels(x, interpret=True)
+    monkeypatch.setattr(max_pool, "ENABLED", False)
+    assert not max_pool.use_kernels(cl, interpret=True)
 
 
 def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: dict[str, object]) -> list[str]:
@@ -84,6 +88,7 @@ def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: 
     from torch import nn
 
     calls: list[str] = []
+    monkeypatch.setattr(max_pool, "ENABLED", True)
     for name in ("forward", "backward"):
         fn = getattr(max_pool, name)
         monkeypatch.setattr(max_pool, name, lambda *a, _fn=fn, _n=name: (calls.append(_n), _fn(*a))[1])

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-ENABLED = True  # switched off by benchmarks/max_pool.py to time PyTorch's kernels in the same process
+# off until timed against PyTorch's kernels on a GPU (benchmarks/max_pool.py): verified in Triton's interpreter
+# and compiled for sm_90, not yet run on a device; OPGRAPH_MAX_POOL_KERNELS=1 turns them on (a model's A/B timing)
+ENABLED = os.environ.get("OPGRAPH_MAX_POOL_KERNELS", "0") == "1"
 Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, stride, pad, dilation
 BLOCK_P, BLOCK_C = 32, 64  # positions x channels a program: 16 elements a thread with 4 warps
 _kernels: dict[str, Any] = {}
