@@ -8,9 +8,9 @@ later NaN replaces it, and a window of -inf points at its first element inside t
 instead of scattering: each input element checks the (at most ``ceil(window / stride)`` per dim) windows that
 cover it and sums the gradients of those whose index names it; no atomics, deterministic.
 
-The kernels read and write at the tensors' strides (any layout works); the lowering of ``max_pool2d_return_indices``
-and ``max_pool2d_gradient`` uses them for channels-last tensors on CUDA, or on the CPU under Triton's interpreter
-when the compilation asks for it (``use_kernels``).
+The kernels read and write at the tensors' strides (any layout works). Once ``ENABLED``, the lowering of
+``max_pool2d_return_indices`` and ``max_pool2d_gradient`` uses them for channels-last tensors on CUDA, or on the
+CPU under Triton's interpreter when the compilation asks for it (``use_kernels``).
 """
 
 from __future__ import annotations
