@@ -31,7 +31,7 @@ import torch
 import opgraph as og
 from opgraph.cli._table import format_table
 from opgraph.codegen.triton.configs import column_split
-from opgraph.codegen.triton.kernel import region_kernel, region_of
+from opgraph.codegen.triton.kernel import region_kernel
 from opgraph.codegen.triton.region import Config, RegionEmitter, candidate_configs
 
 _spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
@@ -45,13 +45,7 @@ REGIONS = ("statistics", "backward")
 PASSES = {"statistics": 1, "backward": 5}  # activation-sized passes over memory a region cannot do with fewer
 
 
-@dataclass
-class Region:
-    ops: list[og.Operation]
-    inputs: list[og.Tensor]
-    outputs: list[og.Tensor]
-    feed: list[torch.Tensor]  # the kernel's arguments, in the order of ``inputs``
-    nbytes: int  # bytes a kernel must move
+Region = fusion.RegionCase
 
 
 def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device: str) -> Region:
@@ -84,13 +78,7 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
         outputs = [dy, g.reduce_sum(dyf, [0, 1, 2]), g.reduce_sum(dyf * (xf - m), [0, 1, 2])]
         values = {id(y): rand(*shape), id(gy): rand(*shape), id(gr): rand(*shape), id(x): xv,
                   id(m): torch.rand(c, device=device, generator=gen)}
-    ops, inputs = region_of(outputs)
-    feed: list[torch.Tensor] = []
-    for t in inputs:  # placeholders, and the constants the region reads
-        v = values.get(id(t), t.op.payload)
-        assert v is not None, f"input {t} is neither a placeholder nor a constant"
-        feed.append(v.to(device))
-    return Region(ops, inputs, outputs, feed, PASSES[region] * xv.numel() * xv.element_size())
+    return fusion.region_case(outputs, values, device, PASSES[region] * xv.numel() * xv.element_size())
 
 
 @dataclass(frozen=True)

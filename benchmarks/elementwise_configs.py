@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import torch
 import opgraph as og
 from opgraph.cli._table import format_table
 from opgraph.codegen.triton.configs import Config
-from opgraph.codegen.triton.kernel import region_kernel, region_of
+from opgraph.codegen.triton.kernel import region_kernel
 
 _spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
 assert _spec is not None and _spec.loader is not None
@@ -47,13 +45,7 @@ CASES = ("chain-3", "chain-8", "bn-forward", "bn-backward")
 DEFAULT = Config(reduction=False, block=1024, num_warps=4)
 
 
-@dataclass
-class Region:
-    ops: list[og.Operation]
-    inputs: list[og.Tensor]
-    outputs: list[og.Tensor]
-    feed: list[torch.Tensor]  # the kernel's arguments, in the order of ``inputs``
-    nbytes: int  # bytes of the inputs and outputs
+Region = fusion.RegionCase
 
 
 def build(case: str, dtype: og.DType, mib: float, shape: tuple[int, ...], device: str) -> Region:
@@ -90,15 +82,7 @@ def build(case: str, dtype: og.DType, mib: float, shape: tuple[int, ...], device
         else:
             raise ValueError(f"unknown case {case!r}: choose from {', '.join(CASES)} (chain-1 .. chain-8)")
         outputs = [g.cast(y, dtype) if dtype is not og.float32 else y]
-    ops, inputs = region_of(outputs)
-    feed: list[torch.Tensor] = []
-    for t in inputs:  # placeholders, and the constants the region reads
-        v = values.get(id(t), t.op.payload)
-        assert v is not None, f"input {t} is neither a placeholder nor a constant"
-        feed.append(v.to(device))
-    nbytes = sum(v.numel() * v.element_size() for v in feed)
-    nbytes += sum(math.prod(int(d or 0) for d in o.shape) * o.dtype.itemsize for o in outputs)
-    return Region(ops, inputs, outputs, feed, nbytes)
+    return fusion.region_case(outputs, values, device)
 
 
 def configs(blocks: tuple[int, ...], warps: tuple[int, ...]) -> list[Config]:
@@ -141,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warps", type=_powers_of_two, default=(4, 8, 16), help="warps a program")
     p.add_argument("--repeats", type=int, default=15, help="timed calls of each configuration (median)")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        p.error("needs a CUDA device: the kernels' times are the point")
-    dev = og.device("cuda")
+    dev = fusion.cuda_device(p)
     ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
     copy = fusion.copy_bandwidth(ctx)["best_gbps"]
     print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")

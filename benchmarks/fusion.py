@@ -36,6 +36,7 @@ import functools
 import gc
 import importlib.util
 import json
+import math
 import os
 import platform
 import statistics
@@ -142,6 +143,43 @@ def int_pairs(text: str, what: str) -> list[tuple[int, int]]:
     if not pairs or any(len(p) != 2 or min(p) <= 0 for p in pairs):
         raise argparse.ArgumentTypeError(f"takes {what}, got {text!r}")
     return [(a, b) for a, b in pairs]
+
+
+@dataclass
+class RegionCase:
+    """One generated kernel's region and its arguments: what the configuration sweeps time."""
+
+    ops: list[og.Operation]
+    inputs: list[og.Tensor]
+    outputs: list[og.Tensor]
+    feed: list[torch.Tensor]  # the kernel's arguments, in the order of ``inputs``
+    nbytes: int  # bytes a kernel must move
+
+
+def region_case(outputs: list[og.Tensor], values: dict[int, torch.Tensor], device: str,
+                nbytes: int | None = None) -> RegionCase:
+    """The region computing ``outputs`` (``region_of``), fed from ``values`` (by ``id`` of each placeholder) and the
+    constants it reads. ``nbytes`` defaults to the bytes of the inputs and the outputs."""
+    from opgraph.codegen.triton.kernel import region_of
+
+    ops, inputs = region_of(outputs)
+    feed: list[torch.Tensor] = []
+    for t in inputs:  # placeholders, and the constants the region reads
+        v = values.get(id(t), t.op.payload)
+        assert v is not None, f"input {t} is neither a placeholder nor a constant"
+        feed.append(v.to(device))
+    if nbytes is None:
+        nbytes = sum(v.numel() * v.element_size() for v in feed)
+        nbytes += sum(math.prod(int(d or 0) for d in o.shape) * o.dtype.itemsize for o in outputs)
+    return RegionCase(ops, inputs, outputs, feed, int(nbytes))
+
+
+def cuda_device(parser: argparse.ArgumentParser) -> og.Device:
+    """The CUDA device of a script that times kernels (a parser error without one); warnings silenced."""
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA device: the kernels' times are the point")
+    warnings.simplefilter("ignore")
+    return og.device("cuda")
 
 
 def positive_ints(text: str) -> tuple[int, ...]:

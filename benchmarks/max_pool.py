@@ -17,14 +17,12 @@ import argparse
 import importlib.util
 import statistics
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-import opgraph as og
 from opgraph.cli._table import format_table
 from opgraph.kernels import max_pool
 
@@ -85,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, of {', '.join(DTYPES)}")
     ap.add_argument("--repeats", type=int, default=10, help="timed steps of each backend (median)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        ap.error("needs a CUDA device: the kernels' times are the point")
-    warnings.simplefilter("ignore")
-    dev = og.device("cuda")
+    dev = fusion.cuda_device(ap)
     ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
     copy = fusion.copy_bandwidth(ctx)["best_gbps"]
     print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")

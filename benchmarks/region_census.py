@@ -25,7 +25,6 @@ import re
 import statistics
 import sys
 import threading
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,6 @@ from typing import Any
 
 import torch
 
-import opgraph as og
 from opgraph.cli._bench_models import MODELS, WithLoss, make_data
 from opgraph.cli._table import format_table
 from opgraph.codegen.triton.kernel import RegionKernel
@@ -141,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="time only the launched configuration, not the other candidates")
     ap.add_argument("--top", type=int, default=40, help="rows listed, by total time a step")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        ap.error("needs a CUDA device: the kernels' times are the point")
-    warnings.simplefilter("ignore")
-    dev = og.device("cuda")
+    dev = fusion.cuda_device(ap)
     m = MODELS[args.model]
     torch.manual_seed(0)
     model: torch.nn.Module = WithLoss(m.build(False)).cuda().train()
