@@ -55,7 +55,8 @@ def steps(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> dict[s
         return max_pool.backward(grad, i, (h, w), window)
 
     leaf = x.detach().requires_grad_()
-    compiled = torch.compile(lambda t: F.max_pool2d(t, k, s, p))
+    torch._dynamo.reset()  # each case compiled for its own static shapes (no automatic dynamic shapes)
+    compiled = torch.compile(lambda t: F.max_pool2d(t, k, s, p), dynamic=False)
 
     def inductor() -> object:
         leaf.grad = None

@@ -35,7 +35,8 @@ def _case(shape: tuple[int, int, int, int], dtype: torch.dtype, special: bool, s
 
 
 @pytest.mark.parametrize("special", [False, True], ids=["ties", "nan-inf"])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=["f64", "f32", "bf16"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16],
+                         ids=["f64", "f32", "f16", "bf16"])
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_forward_and_backward_match_pytorch(window: str, dtype: torch.dtype, special: bool) -> None:
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = win = WINDOWS[window]
@@ -54,8 +55,29 @@ def test_forward_and_backward_match_pytorch(window: str, dtype: torch.dtype, spe
     got_dx = max_pool.backward(grad.contiguous(memory_format=torch.channels_last), got_i, (7, 6), win)
     assert got_dx.is_contiguous(memory_format=torch.channels_last) and got_dx.dtype == dtype
     tol = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-6, atol=1e-6),
-           torch.bfloat16: dict(rtol=1e-2, atol=1e-2)}[dtype]
+           torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=1e-2, atol=1e-2)}[dtype]
     torch.testing.assert_close(got_dx.double(), want_dx, **tol)
+
+
+def test_a_later_nan_replaces_an_earlier_one() -> None:
+    """PyTorch's rule: a NaN wins, and each later NaN of the window takes its place (also beside -inf)."""
+    x = torch.zeros(1, 2, 4, 4)
+    x[0, 0, 0, 1], x[0, 0, 1, 0] = float("nan"), float("nan")  # two NaNs in the first 2x2 window
+    x[0, 1, :2, :2] = float("-inf")
+    x[0, 1, 1, 1] = float("nan")
+    want_v, want_i = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2], [0, 0], [1, 1])
+    got_v, got_i = max_pool.forward(x.contiguous(memory_format=torch.channels_last),
+                                    ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2))
+    assert got_i[0, 0, 0, 0] == 4 and got_i[0, 1, 0, 0] == 5  # h * W + w of the later NaN
+    assert torch.equal(got_i, want_i)
+    torch.testing.assert_close(got_v, want_v, equal_nan=True)
+
+
+def test_windows_that_do_not_fit_keep_pytorchs_kernels() -> None:
+    stem = ((3, 3), (2, 2), (1, 1), (1, 1))
+    assert max_pool.fits(stem, 10**6) and not max_pool.fits(stem, 2**31)
+    assert not max_pool.fits(((9, 9), (1, 1), (4, 4), (1, 1)), 10)  # 81 window elements unrolled
+    assert not max_pool.fits(((5, 5), (1, 1), (2, 2), (3, 3)), 10)  # 13 x 13 covering windows in the backward
 
 
 def test_int32_indices_and_strided_inputs() -> None:

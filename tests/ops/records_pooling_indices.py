@@ -135,6 +135,10 @@ def _extra2d() -> list[tuple[str, Any, tuple[int, ...], Any]]:
         # windows entirely in the padding: value -inf, index -1
         ("f64-pad-beyond-window", P2(2, 2, 2, 2, padding_left=3, padding_top=2), (1, 2, 4, 5), np.float64),
         ("f32-kernel-1-row", P2(3, 1, stride_in_x=2, padding_left=1, padding_right=1), (2, 2, 3, 7), np.float32),
+        # padding past half the kernel but within the dilated window: PyTorch refuses it, the generic path computes
+        ("f64-dilated-pad-past-half-kernel", P2(2, 2, 2, 2, dilation_rate_in_x=3, dilation_rate_in_y=3, padding_left=2,
+                                                padding_right=2, padding_top=2, padding_bottom=2), (1, 2, 7, 7),
+         np.float64),
     ]
 
 

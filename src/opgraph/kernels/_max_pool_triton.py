@@ -72,8 +72,8 @@ def max_pool2d_backward(g_ptr, i_ptr, dx_ptr, P, C, H, W, OH, OW,
             ow = first_w + b
             ok = ((oh < last_h) & (ow < last_w))[:, None] & inside
             idx = tl.load(i_ptr + (n * sin + oh * sih + ow * siw)[:, None] + (c * sic)[None, :], mask=ok, other=-1)
-            hit = ok & (idx == me)
-            g = tl.load(g_ptr + (n * sgn + oh * sgh + ow * sgw)[:, None] + (c * sgc)[None, :], mask=hit, other=0.0)
-            acc += g.to(acc.dtype)
+            # loaded under the window mask (vector loads), kept where the index names this element
+            g = tl.load(g_ptr + (n * sgn + oh * sgh + ow * sgw)[:, None] + (c * sgc)[None, :], mask=ok, other=0.0)
+            acc += tl.where(ok & (idx == me), g.to(acc.dtype), 0.0)
     out = (n * sdn + h * sdh + w * sdw)[:, None] + (c * sdc)[None, :]
     tl.store(dx_ptr + out, acc.to(dx_ptr.dtype.element_ty), mask=inside)

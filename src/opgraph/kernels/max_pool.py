@@ -8,6 +8,10 @@ later NaN replaces it, and a window of -inf points at its first element inside t
 instead of scattering: each input element checks the (at most ``ceil(window / stride)`` per dim) windows that
 cover it and sums the gradients of those whose index names it; no atomics, deterministic.
 
+A window of -inf points at its first element inside the image, as PyTorch's NCHW and CPU kernels do; PyTorch's
+NHWC CUDA kernel points it at element 0 instead (whose gradient then lands outside the window). The kernels keep
+the first rule, in every layout.
+
 The kernels read and write at the tensors' strides (any layout works). Once ``ENABLED``, the lowering of
 ``max_pool2d_return_indices`` and ``max_pool2d_gradient`` uses them for channels-last tensors on CUDA, or on the
 CPU under Triton's interpreter when the compilation asks for it (``use_kernels``).
@@ -15,6 +19,7 @@ CPU under Triton's interpreter when the compilation asks for it (``use_kernels``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -28,6 +33,7 @@ import torch
 ENABLED = os.environ.get("OPGRAPH_MAX_POOL_KERNELS", "0") == "1"
 Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, stride, pad, dilation
 BLOCK_P, BLOCK_C = 32, 64  # positions x channels a program: 16 elements a thread with 4 warps
+MAX_WINDOW = 64  # window elements the kernels unroll; larger (global) windows keep PyTorch's kernels
 _kernels: dict[str, Any] = {}
 
 
@@ -35,9 +41,18 @@ def use_kernels(x: torch.Tensor, interpret: bool = False) -> bool:
     """These kernels replace PyTorch's for ``x``: a tensor stored channels-last (with 32-bit offsets) on CUDA, or on
     the CPU when kernels run in Triton's interpreter (``CompilationDescriptor(triton_interpret=True)``); Triton
     installed, and not switched off."""
-    on_device = x.is_cuda or (interpret and x.device.type == "cpu")
+    # the interpreter only where Triton was set up for it (the compilation sets TRITON_INTERPRET when fusing)
+    on_device = x.is_cuda or (interpret and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
     return (ENABLED and on_device and x.dim() == 4 and x.numel() < 2**31 and not x.is_contiguous()
             and x.is_contiguous(memory_format=torch.channels_last) and _triton_installed())
+
+
+def fits(window: Window, other_numel: int) -> bool:
+    """The kernels take this window (unrolled: at most ``MAX_WINDOW`` elements, and as many covering windows per
+    input element in the backward) and a second tensor (the output, or dx) of ``other_numel`` elements."""
+    (kh, kw), (sh, sw), _, (dh, dw) = window
+    reach = -(-((kh - 1) * dh + 1) // sh) * -(-((kw - 1) * dw + 1) // sw)
+    return kh * kw <= MAX_WINDOW and reach <= MAX_WINDOW and other_numel < 2**31
 
 
 @functools.cache
@@ -55,9 +70,12 @@ def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
     """``(values, indices)`` of max pooling ``x`` (N, C, H, W) over ``window`` (kernel, stride, padding, dilation,
     each (along H, along W)) into ``out_hw`` positions; both results stored channels-last.
 
-    >>> import torch
+    Under Triton's interpreter (``TRITON_INTERPRET=1``) on the CPU, or on a GPU:
+
     >>> x = torch.arange(16.0).reshape(1, 1, 4, 4)
-    >>> v, i = forward(x, ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2))  # doctest: +SKIP
+    >>> v, i = forward(x, ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2))
+    >>> v.flatten().tolist(), i.flatten().tolist()
+    ([5.0, 7.0, 13.0, 15.0], [5, 7, 13, 15])
     """
     k = _load()
     n, c, h, w = x.shape
@@ -68,9 +86,10 @@ def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
     positions = n * oh * ow
     if positions and c:
         grid = (-(-positions // BLOCK_P), -(-c // BLOCK_C))
-        k["forward"][grid](x, values, indices, positions, c, h, w, oh, ow, *x.stride(), *values.stride(),
-                           KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, WIDE=x.dtype == torch.float64,
-                           BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C, num_warps=4)
+        with _on(x):
+            k["forward"][grid](x, values, indices, positions, c, h, w, oh, ow, *x.stride(), *values.stride(),
+                               KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
+                               WIDE=x.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C, num_warps=4)
     return values, indices
 
 
@@ -86,11 +105,17 @@ def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], 
     if positions and c:
         grid = (-(-positions // BLOCK_P), -(-c // BLOCK_C))
         reach_h, reach_w = -(-((kh - 1) * dh + 1) // sh), -(-((kw - 1) * dw + 1) // sw)
-        k["backward"][grid](grad, indices, dx, positions, c, h, w, oh, ow, *grad.stride(), *indices.stride(),
-                            *dx.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, RH=reach_h,
-                            RW=reach_w, WIDE=grad.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C,
-                            num_warps=4)
+        with _on(grad):
+            k["backward"][grid](grad, indices, dx, positions, c, h, w, oh, ow, *grad.stride(), *indices.stride(),
+                                *dx.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, RH=reach_h,
+                                RW=reach_w, WIDE=grad.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C,
+                                num_warps=4)
     return dx
+
+
+def _on(t: torch.Tensor) -> contextlib.AbstractContextManager[object]:
+    """Launch on ``t``'s GPU (Triton launches on the current one)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
 def _load() -> dict[str, Any]:
@@ -102,4 +127,4 @@ def _load() -> dict[str, Any]:
     return _kernels
 
 
-__all__ = ["ENABLED", "backward", "forward", "use_kernels"]
+__all__ = ["ENABLED", "MAX_WINDOW", "backward", "fits", "forward", "use_kernels"]

@@ -117,7 +117,8 @@ def _torch_pool2d_args(d: Pooling2dDescriptor, g: _Geom) -> tuple[Any, ...] | No
     pads = []
     for k in (1, 2) if d.data_layout.channels_last else (2, 3):
         before, eff = g.pads[k][0], effective_kernel(g.kernel[k], g.dilations[k])
-        if before > eff // 2 or (g.sizes[k] + 2 * before - eff) // g.strides[k] + 1 != g.outs[k]:
+        # PyTorch refuses padding beyond half the kernel (not the dilated window)
+        if before > g.kernel[k] // 2 or (g.sizes[k] + 2 * before - eff) // g.strides[k] + 1 != g.outs[k]:
             return None
         pads.append(before)
     return d.kernel_sizes, d.strides, tuple(pads), d.dilation_rates
@@ -243,8 +244,10 @@ def _return_indices_lower(ctx: LowerContext) -> Callable[..., Any]:
 
     def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         plan = plans(tuple(x.shape[-4:]))
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(x, interpret):  # channels-last
-            return max_pool.forward(x, plan.torch2d, (plan.geo.outs[2], plan.geo.outs[3]), dtype)
+        out_hw = (plan.geo.outs[2], plan.geo.outs[3])
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(x, interpret) \
+                and max_pool.fits(plan.torch2d, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1]):
+            return max_pool.forward(x, plan.torch2d, out_hw, dtype)
         if plan.torch2d is not None:  # PyTorch's kernel, index h * W + w
             v, i = torch.ops.aten.max_pool2d_with_indices(x.permute(0, 3, 1, 2) if cl else x, *plan.torch2d)
             if torch_native:
@@ -359,7 +362,7 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
         shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
         plan = plans(shape[-4:])
         if torch_native and plan.torch2d is not None and max_pool.use_kernels(grad, interpret) \
-                and math.prod(shape) < 2**31:  # channels-last; dx with 32-bit offsets too
+                and max_pool.fits(plan.torch2d, math.prod(shape)):
             return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d)
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
