@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = args.shapes
     warnings.simplefilter("ignore")
     dev = og.device("cuda")
-    ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
-    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}, batch {args.batch}")
+    copy = fusion.copy_roofline(dev, args.repeats, f", batch {args.batch}")
     rows: list[list[str]] = []
     for dtype in dtypes:
         for c, s in shapes:

@@ -145,11 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"dtypes from {', '.join(DTYPES)}, regions from {', '.join(REGIONS)}")
     shapes = args.shapes
     dev = og.device("cuda")
-    ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
-    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}, {sms} SMs, "
-          f"batch {args.batch}")
+    copy = fusion.copy_roofline(dev, args.repeats, f", {sms} SMs, batch {args.batch}")
     summary: list[list[str]] = []
     for region in regions:
         for dtype in dtypes:

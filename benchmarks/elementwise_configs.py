@@ -126,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=15, help="timed calls of each configuration (median)")
     args = p.parse_args(argv)
     dev = fusion.cuda_device(p)
-    ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
-    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
+    copy = fusion.copy_roofline(dev, args.repeats)
     failed = False
     for case in args.cases:
         for dtype in args.dtypes:

@@ -174,6 +174,13 @@ def region_case(outputs: list[og.Tensor], values: dict[int, torch.Tensor], devic
     return RegionCase(ops, inputs, outputs, feed, int(nbytes))
 
 
+def copy_roofline(dev: og.Device, repeats: int, note: str = "") -> float:
+    """The device copy bandwidth in GB/s (1 GiB copied, best of ``repeats``), printed with the GPU's name."""
+    gbps = float(copy_bandwidth(Ctx(dev, False, 0, 2**30, (), 2, repeats, 0, 0, ""))["best_gbps"])
+    print(f"copy bandwidth (roofline): {gbps:.0f} GB/s, {torch.cuda.get_device_name()}{note}", flush=True)
+    return gbps
+
+
 def cuda_device(parser: argparse.ArgumentParser) -> og.Device:
     """The CUDA device of a script that times kernels (a parser error without one); warnings silenced."""
     if not torch.cuda.is_available():

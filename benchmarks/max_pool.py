@@ -85,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=10, help="timed steps of each backend (median)")
     args = ap.parse_args(argv)
     dev = fusion.cuda_device(ap)
-    ctx = fusion.Ctx(dev, False, 0, 2**30, (), 2, args.repeats, 0, 0, "")
-    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
+    copy = fusion.copy_roofline(dev, args.repeats)
     rows, failed = [], False
     for case in args.cases:
         for shape, (k, s, p) in CASES[case]:

@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         p.error("needs a CUDA device: split configurations wait at barriers that the interpreter cannot run")
     dev = og.device("cuda")
-    ctx = fusion.Ctx(dev, False, int(args.mib * 2**20), 2**30, (), 2, args.repeats, 0, 0, "")
-    copy = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {copy:.0f} GB/s, {torch.cuda.get_device_name()}")
+    copy = fusion.copy_roofline(dev, args.repeats)
+    nbytes = int(args.mib * 2**20)
     chunks = list(args.chunks)
     if any(c & (c - 1) for c in chunks):
         p.error(f"--chunks must be powers of two, got {args.chunks}")
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in args.dtypes:
             ogt, tt = fusion.DTYPES[dtype]
             for width in args.widths:
-                rows = max(1, ctx.nbytes // (width * tt.itemsize))
+                rows = max(1, nbytes // (width * tt.itemsize))
                 g = og.Graph()
                 x = g.placeholder((rows, width), ogt)
                 params = [g.placeholder((width,), ogt) for _ in range(nparams)]

@@ -153,12 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 loss = run(x, y)
             loss.backward()
     torch.cuda.synchronize()
-    ctx = fusion.Ctx(dev=dev, quick=False, nbytes=0, copy_bytes=1 << 30, widths=(), warmup=1, repeats=5, tiny_ops=0,
-                     tiny_iters=0, compile_note="")
-    gbps = fusion.copy_bandwidth(ctx)["best_gbps"]
-    print(f"copy bandwidth (roofline): {gbps:.0f} GB/s; {len({id(s.kernel) for s in seen.values()})} kernels, "
-          f"{len(seen)} kernel and input layouts, {args.model} batch {args.batch} {args.dtype}",
-          flush=True)
+    gbps = fusion.copy_roofline(dev, 5, f"; {len({id(s.kernel) for s in seen.values()})} kernels, {len(seen)} "
+                                f"kernel and input layouts, {args.model} batch {args.batch} {args.dtype}")
     rows = []
     kinds: dict[str, list[tuple[float, float, int]]] = {}  # kernel ops -> (ms, bytes, kernel id) a step, per layout
     for s in list(seen.values()):
