@@ -73,11 +73,14 @@ def test_a_later_nan_replaces_an_earlier_one() -> None:
     torch.testing.assert_close(got_v, want_v, equal_nan=True)
 
 
-def test_windows_that_do_not_fit_keep_pytorchs_kernels() -> None:
+def test_windows_that_do_not_fit_keep_pytorchs_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(max_pool, "ENABLED", True)
+    x = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
     stem = ((3, 3), (2, 2), (1, 1), (1, 1))
-    assert max_pool.fits(stem, 10**6) and not max_pool.fits(stem, 2**31)
-    assert not max_pool.fits(((9, 9), (1, 1), (4, 4), (1, 1)), 10)  # 81 window elements unrolled
-    assert not max_pool.fits(((5, 5), (1, 1), (2, 2), (3, 3)), 10)  # 13 x 13 covering windows in the backward
+    assert max_pool.use_kernels(x, stem, 10**6, interpret=True)
+    assert not max_pool.use_kernels(x, stem, 2**31, interpret=True)  # the other tensor needs 64-bit offsets
+    assert not max_pool.use_kernels(x, ((9, 9), (1, 1), (4, 4), (1, 1)), 10, interpret=True)  # 81 unrolled
+    assert not max_pool.use_kernels(x, ((5, 5), (1, 1), (2, 2), (3, 3)), 10, interpret=True)  # 13 x 13 covering
 
 
 def test_int32_indices_and_strided_inputs() -> None:
@@ -96,10 +99,11 @@ def test_used_only_for_channels_last_tensors_on_cuda_or_in_the_interpreter(monke
     monkeypatch.setattr(max_pool, "ENABLED", True)
     x = torch.randn(2, 8, 4, 4)
     cl = x.contiguous(memory_format=torch.channels_last)
-    assert not max_pool.use_kernels(cl)  # the CPU keeps PyTorch's
-    assert max_pool.use_kernels(cl, interpret=True) and not max_pool.use_kernels(x, interpret=True)
+    stem = ((3, 3), (2, 2), (1, 1), (1, 1))
+    assert not max_pool.use_kernels(cl, stem, 64)  # the CPU keeps PyTorch's
+    assert max_pool.use_kernels(cl, stem, 64, interpret=True) and not max_pool.use_kernels(x, stem, 64, interpret=True)
     monkeypatch.setattr(max_pool, "ENABLED", False)
-    assert not max_pool.use_kernels(cl, interpret=True)
+    assert not max_pool.use_kernels(cl, stem, 64, interpret=True)
 
 
 def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: dict[str, object]) -> list[str]:

@@ -11,17 +11,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _tile(P, C, H, W, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """This program's positions (n, h, w) of an (N, H, W) grid and its channels, and which of them exist."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    inside = (p < P)[:, None] & (c < C)[None, :]
+    return p // (W * H), (p // W) % H, p % W, c, inside
+
+
+@triton.jit
 def max_pool2d_forward(x_ptr, y_ptr, i_ptr, P, C, H, W, OH, OW,
                        sxn, sxc, sxh, sxw, syn, syc, syh, syw,
                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                        PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                        WIDE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    inside = (p < P)[:, None] & (c < C)[None, :]
-    ow = p % OW
-    oh = (p // OW) % OH
-    n = p // (OW * OH)
+    n, oh, ow, c, inside = _tile(P, C, OH, OW, BLOCK_P, BLOCK_C)
     hs = oh * SH - PH
     ws = ow * SW - PW
     # PyTorch's argmax starts at the window's first element inside the image (kept by a window of -inf)
@@ -52,12 +56,7 @@ def max_pool2d_backward(g_ptr, i_ptr, dx_ptr, P, C, H, W, OH, OW,
                         PH: tl.constexpr, PW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                         RH: tl.constexpr, RW: tl.constexpr, WIDE: tl.constexpr,
                         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    inside = (p < P)[:, None] & (c < C)[None, :]
-    w = p % W
-    h = (p // W) % H
-    n = p // (W * H)
+    n, h, w, c, inside = _tile(P, C, H, W, BLOCK_P, BLOCK_C)
     # the windows covering (h, w): output rows first_h .. last_h (at most RH of them), PyTorch's p_start / p_end
     span_h, span_w = (KH - 1) * DH + 1, (KW - 1) * DW + 1
     first_h = tl.where(h + PH < span_h, 0, (h + PH - span_h) // SH + 1)

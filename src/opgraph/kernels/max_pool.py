@@ -1,6 +1,7 @@
 """Max pooling over H and W with PyTorch's indices (``h * W + w`` in each channel's plane), forward and backward,
 for activations stored channels-last (NHWC), where PyTorch's CUDA kernels are slow: on an H200 its NHWC backward
-took 0.91 ms for ResNet-50's stem pool at batch 128, against ~0.1 ms to move its bytes (RESULTS.md, eighth session).
+took 0.91 ms for ResNet-50's stem pool at batch 128 in bf16, where moving its bytes at copy bandwidth takes ~0.11 ms
+(RESULTS.md, eighth session; these kernels have not been timed on a GPU yet).
 
 The forward gives each program a tile of output positions x channels (channels innermost, so loads and stores
 are contiguous) and walks the window, keeping PyTorch's argmax rules: the first maximum wins, a NaN wins and a
@@ -37,22 +38,25 @@ MAX_WINDOW = 64  # window elements the kernels unroll; larger (global) windows k
 _kernels: dict[str, Any] = {}
 
 
-def use_kernels(x: torch.Tensor, interpret: bool = False) -> bool:
-    """These kernels replace PyTorch's for ``x``: a tensor stored channels-last (with 32-bit offsets) on CUDA, or on
-    the CPU when kernels run in Triton's interpreter (``CompilationDescriptor(triton_interpret=True)``); Triton
+def use_kernels(x: torch.Tensor, window: Window, other_numel: int, interpret: bool = False) -> bool:
+    """These kernels replace PyTorch's for ``x`` pooled over ``window``: ``x`` stored channels-last on CUDA, or on
+    the CPU when kernels run in Triton's interpreter (``CompilationDescriptor(triton_interpret=True)``); the window
+    unrolled in at most ``MAX_WINDOW`` steps (and as many covering windows per input element in the backward);
+    ``x`` and the other tensor (the output, or dx) of ``other_numel`` elements with 32-bit offsets; Triton
     installed, and not switched off."""
     # the interpreter only where Triton was set up for it (the compilation sets TRITON_INTERPRET when fusing)
     on_device = x.is_cuda or (interpret and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
-    return (ENABLED and on_device and x.dim() == 4 and x.numel() < 2**31 and not x.is_contiguous()
-            and x.is_contiguous(memory_format=torch.channels_last) and _triton_installed())
+    (kh, kw), *_ = window
+    reach_h, reach_w = _reach(window)
+    return (ENABLED and on_device and x.dim() == 4 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=torch.channels_last) and max(x.numel(), other_numel) < 2**31
+            and kh * kw <= MAX_WINDOW and reach_h * reach_w <= MAX_WINDOW and _triton_installed())
 
 
-def fits(window: Window, other_numel: int) -> bool:
-    """The kernels take this window (unrolled: at most ``MAX_WINDOW`` elements, and as many covering windows per
-    input element in the backward) and a second tensor (the output, or dx) of ``other_numel`` elements."""
+def _reach(window: Window) -> tuple[int, int]:
+    """Output positions per dim whose windows can cover one input element: ceil(dilated window / stride)."""
     (kh, kw), (sh, sw), _, (dh, dw) = window
-    reach = -(-((kh - 1) * dh + 1) // sh) * -(-((kw - 1) * dw + 1) // sw)
-    return kh * kw <= MAX_WINDOW and reach <= MAX_WINDOW and other_numel < 2**31
+    return -(-((kh - 1) * dh + 1) // sh), -(-((kw - 1) * dw + 1) // sw)
 
 
 @functools.cache
@@ -104,7 +108,7 @@ def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], 
     positions = n * h * w
     if positions and c:
         grid = (-(-positions // BLOCK_P), -(-c // BLOCK_C))
-        reach_h, reach_w = -(-((kh - 1) * dh + 1) // sh), -(-((kw - 1) * dw + 1) // sw)
+        reach_h, reach_w = _reach(window)
         with _on(grad):
             k["backward"][grid](grad, indices, dx, positions, c, h, w, oh, ow, *grad.stride(), *indices.stride(),
                                 *dx.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, RH=reach_h,
@@ -127,4 +131,4 @@ def _load() -> dict[str, Any]:
     return _kernels
 
 
-__all__ = ["ENABLED", "MAX_WINDOW", "backward", "fits", "forward", "use_kernels"]
+__all__ = ["ENABLED", "MAX_WINDOW", "backward", "forward", "use_kernels"]

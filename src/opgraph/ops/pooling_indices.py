@@ -245,8 +245,8 @@ def _return_indices_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         plan = plans(tuple(x.shape[-4:]))
         out_hw = (plan.geo.outs[2], plan.geo.outs[3])
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(x, interpret) \
-                and max_pool.fits(plan.torch2d, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1]):
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(
+                x, plan.torch2d, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1], interpret):
             return max_pool.forward(x, plan.torch2d, out_hw, dtype)
         if plan.torch2d is not None:  # PyTorch's kernel, index h * W + w
             v, i = torch.ops.aten.max_pool2d_with_indices(x.permute(0, 3, 1, 2) if cl else x, *plan.torch2d)
@@ -361,8 +361,8 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(grad: torch.Tensor, idx: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
         shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
         plan = plans(shape[-4:])
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(grad, interpret) \
-                and max_pool.fits(plan.torch2d, math.prod(shape)):
+        if torch_native and plan.torch2d is not None and max_pool.use_kernels(
+                grad, plan.torch2d, math.prod(shape), interpret):
             return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d)
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
