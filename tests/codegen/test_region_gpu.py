@@ -190,6 +190,23 @@ def test_libdevice_transcendentals_match_torch(name: str) -> None:
     torch.testing.assert_close(exe.run([v])[0], reference(v) * 2.0, rtol=2e-6, atol=1e-6)
 
 
+def test_float32_division_is_ieee_rounded_as_torchs() -> None:
+    """Generated float32 division rounds as PyTorch's (IEEE ``div.rn``), not Triton's ``div.full.f32`` (up to 2 ulp
+    off: 4.6875 / 0.9375 gave one ulp above 5): every quotient bit for bit, and a mean's sum / count too."""
+    g = og.Graph()
+    x, y = g.placeholder((1 << 16,), og.float32), g.placeholder((1 << 16,), og.float32)
+    q = g.divide(x * 1.0, y + 0.0)  # computing ops around the division: one fused kernel
+    gen = torch.Generator().manual_seed(5)
+    xs = torch.randn(1 << 16, generator=gen) * torch.exp(torch.randn(1 << 16, generator=gen) * 8)
+    ys = torch.randn(1 << 16, generator=gen) * torch.exp(torch.randn(1 << 16, generator=gen) * 8)
+    xs[0], ys[0] = 4.6875, 0.9375
+    exe = g.compile({x: x.type, y: y.type}, [q], device="cuda", descriptor=FUSED)
+    assert any(k.op == "fused_region" for k in exe.kernels())
+    got = exe.run([xs.cuda(), ys.cuda()])[0]
+    assert torch.equal(got, xs.cuda() / ys.cuda())
+    assert got[0].item() == 5.0
+
+
 @pytest.mark.parametrize("split", [4, 16])
 @pytest.mark.parametrize("dt", [og.float32, og.bfloat16])
 def test_split_column_sums_on_cuda(dt: og.DType, split: int) -> None:

@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 import opgraph as og  # noqa: E402
-from opgraph.codegen.triton.expr import EXPRESSIONS, NotExpressible  # noqa: E402
+from opgraph.codegen.triton.expr import EXPRESSIONS, NotExpressible, exact_div  # noqa: E402
 from opgraph.codegen.triton.kernel import elementwise_kernel, emit_elementwise, region_of  # noqa: E402
 from opgraph.core.dtype import as_dtype  # noqa: E402
 from opgraph.ir.graph import Tensor  # noqa: E402
@@ -340,3 +340,18 @@ def test_large_domains_index_in_int64() -> None:
     assert "program_id(0).to(tl.int64)" in emit_elementwise(*region_of([y]), [y])
     small = g.exp(g.placeholder((4,), og.float16))
     assert "program_id(0).to(tl.int64)" not in emit_elementwise(*region_of([small]), [small])
+
+
+def test_float32_division_is_written_ieee_rounded() -> None:
+    """Triton's ``/`` is ``div.full.f32`` on a GPU (up to 2 ulp; the interpreter divides exactly, so only the
+    source can show it here, the bits are checked on CUDA in test_region_gpu.py): float32 and 16-bit quotients
+    use ``tl.div_rn``, float64's ``/`` (IEEE already), and so does a literal numerator (see ``exact_div``)."""
+    g = og.Graph()
+    for dt, written in [(og.float32, True), (og.bfloat16, True), (og.float64, False)]:
+        x, y = g.placeholder((8,), dt), g.placeholder((8,), dt)
+        q = g.divide(x, y)
+        assert ("tl.div_rn(" in emit_elementwise(*region_of([q]), [q])) is written, dt
+    x = g.placeholder((8,), og.float32)
+    mean = g.reduce_mean(x * 2.0, [0])
+    assert "tl.div_rn(" in emit_elementwise(*region_of([mean]), [mean])
+    assert exact_div("1.0", "v", "tl.float32") == "1.0 / v"  # a constant written into the source

@@ -1,7 +1,8 @@
 """Max pooling over H and W with PyTorch's indices (``h * W + w`` in each channel's plane), forward and backward,
 for activations stored channels-last (NHWC), where PyTorch's CUDA kernels are slow: on an H200 its NHWC backward
 took 0.91 ms for ResNet-50's stem pool at batch 128 in bf16, where moving its bytes at copy bandwidth takes ~0.11 ms
-(RESULTS.md, eighth session; these kernels have not been timed on a GPU yet).
+(RESULTS.md, eighth session). These kernels take forward + backward 1.6-3.2x less time than PyTorch's there and at
+VGG16's pools (``benchmarks/max_pool.py``, ninth session); Inductor's is faster at VGG16's float32 pools.
 
 The forward gives each program a tile of output positions x channels (channels innermost, so loads and stores
 are contiguous) and walks the window, keeping PyTorch's argmax rules: the first maximum wins, a NaN wins and a
@@ -13,7 +14,7 @@ A window of -inf points at its first element inside the image, as PyTorch's NCHW
 NHWC CUDA kernel points it at element 0 instead (whose gradient then lands outside the window). The kernels keep
 the first rule, in every layout.
 
-The kernels read and write at the tensors' strides (any layout works). Once ``ENABLED``, the lowering of
+The kernels read and write at the tensors' strides (any layout works). While ``ENABLED``, the lowering of
 ``max_pool2d_return_indices`` and ``max_pool2d_gradient`` uses them for channels-last tensors on CUDA, or on the
 CPU under Triton's interpreter when the compilation asks for it (``use_kernels``).
 """
@@ -29,9 +30,9 @@ from typing import Any
 
 import torch
 
-# off until timed against PyTorch's kernels on a GPU (benchmarks/max_pool.py): verified in Triton's interpreter
-# and compiled for sm_90, not yet run on a device; OPGRAPH_MAX_POOL_KERNELS=1 turns them on (a model's A/B timing)
-ENABLED = os.environ.get("OPGRAPH_MAX_POOL_KERNELS", "0") == "1"
+# on: faster than PyTorch's kernels in every case of benchmarks/max_pool.py (H200: 1.6-3.2x forward + backward,
+# RESULTS.md ninth session); OPGRAPH_MAX_POOL_KERNELS=0 turns them off (a model's A/B timing)
+ENABLED = os.environ.get("OPGRAPH_MAX_POOL_KERNELS", "1") != "0"
 Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int]]  # kernel, stride, pad, dilation
 BLOCK_P, BLOCK_C = 32, 64  # positions x channels a program: 16 elements a thread with 4 warps
 MAX_WINDOW = 64  # window elements the kernels unroll; larger (global) windows keep PyTorch's kernels

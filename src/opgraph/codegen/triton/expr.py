@@ -13,6 +13,7 @@ for dtypes an expression does not handle (complex, packed 4-bit, ...).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,20 @@ def to_storage(value: str, reg: DType, dt: DType) -> str:
     if dt is float16 and reg not in (float16, bfloat16, float32, float64):
         value = f"{value}.to(tl.float32)"  # integers and bool via float32, as PyTorch's Half conversion
     return value if compute_type(reg) == storage_type(dt) else f"{value}.to({storage_type(dt)})"
+
+
+def exact_div(a: str, b: str, compute: str) -> str:
+    """``a / b`` rounded as IEEE division, as PyTorch's: Triton's ``/`` on float32 is ``div.full.f32`` (up to 2
+    ulp off; float64's is exact already). ``compute``: the operands' Triton type; ``b`` may be an integer count
+    (``div_rn`` takes float32 only: ``* 1.0`` converts it). A literal numerator keeps ``/``: ``tl.div_rn(1.0,
+    tl.sqrt_rn(v))`` as batch norm's scale gave ResNet-18 float32 gradients ~500x eager's error on the H200
+    (Triton 3.6), not yet understood."""
+    if compute == "tl.float64" or _NUMBER.fullmatch(a):
+        return f"{a} / {b}"
+    return f"tl.div_rn({a}, ({b}) * 1.0)"
+
+
+_NUMBER = re.compile(r"-?[0-9.]+(e-?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -161,7 +176,7 @@ def _divide(a: Sequence[str], ctx: ExprContext) -> str:
     if ctx.is_int:
         return _trunc_div(a[0], a[1], ctx.dtype.signed)
     if ctx.is_float:
-        return f"{a[0]} / {a[1]}"
+        return exact_div(a[0], a[1], compute_type(ctx.dtype))
     raise NotExpressible(f"not generated for {ctx.dtype.name}")
 
 
@@ -170,7 +185,7 @@ def _division_no_nan(a: Sequence[str], ctx: ExprContext) -> str:
     if ctx.is_int:
         return f"tl.where({y} == 0, 0, {_trunc_div(x, f'tl.where({y} == 0, 1, {y})', ctx.dtype.signed)})"
     if ctx.is_float:
-        return f"tl.where({y} == 0, 0.0, {x} / tl.where({y} == 0, 1.0, {y}))"
+        return f"tl.where({y} == 0, 0.0, {exact_div(x, f'tl.where({y} == 0, 1.0, {y})', compute_type(ctx.dtype))})"
     raise NotExpressible(f"not generated for {ctx.dtype.name}")
 
 
@@ -391,7 +406,7 @@ EXPRESSIONS: dict[OpDef, Expr] = {
     # trigonometric and hyperbolic
     un.SIN: _f("tl.sin({0})"),
     un.COS: _f("tl.cos({0})"),
-    un.TAN: _f("tl.sin({0}) / tl.cos({0})"),
+    un.TAN: _real_float(lambda a, ctx: exact_div(f"tl.sin({a[0]})", f"tl.cos({a[0]})", compute_type(ctx.dtype))),
     un.ASIN: _f("og_asin({0})", no_float64=True),
     un.ACOS: _f("og_acos({0})", no_float64=True),
     un.ATAN: _f("og_atan({0})", no_float64=True),

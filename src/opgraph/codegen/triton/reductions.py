@@ -20,7 +20,7 @@ from ...ir.opdef import OpDef
 from ...ops import gradient_support as gs
 from ...ops import nn, norm
 from ...ops import reduce as rd
-from .expr import NotExpressible, compute_type, literal
+from .expr import NotExpressible, compute_type, exact_div, literal
 from .indexing import Index
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _mean(op: Operation, em: RegionEmitter, index: Index) -> str:
     em.check_row(op, index)
     ct = _float_input(op)
     (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
-    return f"{s} / {em.reduced_count()}"
+    return exact_div(s, em.reduced_count(), ct)
 
 
 def _prod(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -120,14 +120,14 @@ def _split_moments(em: RegionEmitter, op: Operation, fn: Callable[[Index], str],
     count = "tl.minimum(tl.maximum({n} - {q} * RBLOCK, 0), RBLOCK).to({ct})"
     v = em.bind(fn(em.domain_index()), "o")
     s1 = em.reduce_tile("sum", f"tl.where({mask}, {v}, 0.0)", ct)
-    own = em.bind(f"{s1} / tl.maximum({count.format(n=n, q='part', ct=ct)}, 1.0)", "pm")
+    own = em.bind(exact_div(s1, f"tl.maximum({count.format(n=n, q='part', ct=ct)}, 1.0)", ct), "pm")
     q2 = em.reduce_tile("sum", f"tl.where({mask}, ({v} - {own}) * ({v} - {own}), 0.0)", ct)
     all1, all2 = em.exchange([s1, q2])
     counts = em.bind(count.format(n=n, q=f"tl.arange(0, {em.config.split})[None, :]", ct=ct), "cn")
-    mean = em.bind(f"{em.reduce_tile('sum', all1, ct)} / {n}", "mean")
-    means = em.bind(f"{all1} / tl.maximum({counts}, 1.0)", "pms")
+    mean = em.bind(exact_div(em.reduce_tile('sum', all1, ct), n, ct), "mean")
+    means = em.bind(exact_div(all1, f"tl.maximum({counts}, 1.0)", ct), "pms")
     spread = f"{all2} + {counts} * ({means} - {mean}) * ({means} - {mean})"
-    var = em.bind(f"{em.reduce_tile('sum', spread, ct)} / {n}", "var")
+    var = em.bind(exact_div(em.reduce_tile('sum', spread, ct), n, ct), "var")
     em.top.memo[("stats", id(op), "split-moments")] = f"{mean},{var}"
     return mean, var
 
@@ -176,14 +176,14 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
         d = lambda v: f"({v} - {shift})"  # noqa: E731
         s1, s2 = em.stats(op, "shifted", [("sum", _element(em, op, d), ct),
                                           ("sum", _element(em, op, lambda v: f"{d(v)} * {d(v)}"), ct)])
-        m1 = em.bind(f"{s1} / {n}", "m1")
+        m1 = em.bind(exact_div(s1, n, ct), "m1")
         mean = em.bind(f"{shift} + {m1}", "mean")
-        raw = em.bind(f"{s2} / {n} - {m1} * {m1}", "raw")
+        raw = em.bind(f"{exact_div(s2, n, ct)} - {m1} * {m1}", "raw")
         return mean, em.bind(f"tl.where({raw} < 0.0, 0.0, {raw})", "var")  # rounding below 0; NaN stays
     (s,) = em.stats(op, "sum", [("sum", _element(em, op), ct)])
-    mean = em.bind(f"{s} / {n}", "mean")
+    mean = em.bind(exact_div(s, n, ct), "mean")
     (q,) = em.stats(op, "centred", [("sum", _element(em, op, lambda v: f"({v} - {mean}) * ({v} - {mean})"), ct)])
-    return mean, em.bind(f"{q} / {n}", "var")
+    return mean, em.bind(exact_div(q, n, ct), "var")
 
 
 def _variance(op: Operation, em: RegionEmitter, index: Index) -> str:
@@ -286,7 +286,8 @@ def _layer_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
 
 def _rms_norm_stats(op: Operation, em: RegionEmitter) -> str:
     (q,) = em.stats(op, "squares", [("sum", _element(em, op, lambda v: f"{v} * {v}"), _float_input(op))])
-    return em.bind(f"1.0 / tl.sqrt({q} / {em.reduced_count()} + {literal(float(op.attrs.epsilon))})", "rrms")
+    mean_square = exact_div(q, em.reduced_count(), _float_input(op))
+    return em.bind(f"1.0 / tl.sqrt({mean_square} + {literal(float(op.attrs.epsilon))})", "rrms")
 
 
 def _rms_norm(op: Operation, em: RegionEmitter, index: Index) -> str:
