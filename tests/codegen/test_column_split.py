@@ -272,3 +272,47 @@ def test_tuning_spin_doubles_while_the_host_outlasts_it(monkeypatch: pytest.Monk
         host_ms["per_launch"] = per_launch
         assert kmod._device_ms(launch, []) == 0.25  # type: ignore[arg-type]
         assert spins == want, (per_launch, spins)
+
+
+def test_candidates_compile_in_threads_with_their_launch_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compile_in_threads`` (Triton's ``warmup`` replaced by a recorder): with ``OPGRAPH_COMPILE_THREADS=4``
+    every candidate compiles, off the calling thread, with the arguments and options its launch passes; one that
+    fails is left to its launch; with 1 (the default) nothing is compiled ahead."""
+    import threading
+
+    from opgraph.codegen.triton import kernel as kmod
+
+    g = og.Graph()
+    x = g.placeholder((4096, 96), og.float32)
+    y = CASES["weight-gradient"](g, x, g.placeholder((96,), og.float32))
+    ops, inputs = region_of([y])
+    kernels = [region_kernel(ops, inputs, [y], config=c) for c in (_split(32, 16, 4), _split(64, 8, 1))]
+    values = [torch.randn(4096, 96), torch.randn(96)]
+
+    class Recorder:
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.calls = fail, []
+
+        def warmup(self, *args: object, grid: tuple[int, ...], **options: object) -> None:
+            self.calls.append((threading.current_thread().name, args, grid, options))
+            if self.fail:
+                raise RuntimeError("out of shared memory")
+
+        def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+            return lambda *args, **options: self.calls.append(("launch", args, grid, options))
+
+    for k, fail in zip(kernels, (False, True), strict=True):
+        k._fn = Recorder(fail)
+    monkeypatch.setenv("OPGRAPH_COMPILE_THREADS", "1")
+    kmod.compile_in_threads(kernels, values)
+    assert all(not k._fn.calls for k in kernels)
+    monkeypatch.setenv("OPGRAPH_COMPILE_THREADS", "4")
+    kmod.compile_in_threads(kernels, values)  # the failing one raises nothing here
+    for k in kernels:
+        (thread, args, grid, options), = k._fn.calls
+        assert thread.startswith("opgraph-compile")
+        k(*values)
+        _, launch_args, launch_grid, launch_options = k._fn.calls[-1]
+        assert (grid, options) == (launch_grid, launch_options)
+        assert [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a for a in args] == \
+               [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a for a in launch_args]

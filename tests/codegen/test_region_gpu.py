@@ -298,3 +298,37 @@ def test_tuning_picks_by_device_time_not_launch_rate() -> None:
 
     times = {c.config: min(device_ms(c) for _ in range(3)) for c in candidates}
     assert times[tuned.config] <= 1.5 * min(times.values()), (tuned.config, times)
+
+
+def test_candidates_compiled_in_threads_launch_without_compiling_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OPGRAPH_COMPILE_THREADS=4``: the tuner compiles a column reduction's candidates in threads (Triton's
+    ``warmup``) before timing them; each candidate's launch then finds its kernel compiled (Triton's ``compile``
+    called once per candidate), and the tuned kernel's sums match the unfused ones."""
+    from opgraph.codegen.triton.kernel import compile_in_threads, region_kernel, region_of
+
+    monkeypatch.setenv("OPGRAPH_COMPILE_THREADS", "4")
+    g = og.Graph()
+    x = g.placeholder((128 * 28 * 28, 96), og.float32)
+    outs = [g.reduce_sum(x * 2.0, [0])]
+    ops, ins = region_of(outs)
+    xv = torch.randn(128 * 28 * 28, 96, device="cuda")
+    kernel = region_kernel(ops, ins, outs)
+    candidates = [kernel, *kernel.alternatives()]
+    assert len(candidates) > 2
+    calls: dict[int, int] = {}
+    for k in candidates:
+        original = getattr(k.fn, "compile", None)
+        if original is None:
+            pytest.skip("this Triton's JITFunction compiles through no attribute to count")
+
+        def counting(*args: Any, _key: int = id(k), _original: Any = original, **kwargs: Any) -> Any:
+            calls[_key] = calls.get(_key, 0) + 1
+            return _original(*args, **kwargs)
+
+        k.fn.compile = counting
+    compile_in_threads(candidates, [xv])
+    assert [calls.get(id(k)) for k in candidates] == [1] * len(candidates)
+    for k in candidates:
+        k._tuned[(tuple(xv.shape),)] = k  # each launches as itself
+        torch.testing.assert_close(k(xv)[0], (xv * 2.0).sum(0), rtol=1e-4, atol=1e-3)
+    assert [calls.get(id(k)) for k in candidates] == [1] * len(candidates)
