@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..codegen.progress import first_run
 from ..core.dtype import from_torch
 from ..core.errors import ExecutionError, FeedError, OpgraphError
 from ..core.types import TensorType
@@ -56,6 +57,7 @@ class Executable:
                 self._state[op.name] = op.payload.to(device.torch).clone()  # type: ignore[union-attr]
         self._generated = generate(self.program, device.torch, self._state, descriptor)
         self._fn = self._generated.fn
+        self._first_run = True
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()
         self._recaptures = 0
@@ -119,6 +121,11 @@ class Executable:
 
     def run(self, inputs: Sequence[Any] = ()) -> list[torch.Tensor]:
         """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
+        if self._first_run:  # generated kernels compile (and tune) as they first launch: shown when it is long
+            self._first_run = False
+            generated = sum(o.op is FUSED_REGION for o in self.program.graph.ops)
+            with first_run(generated):
+                return self.run(inputs)
         args = self._prepare(inputs)
         try:
             graph = self._cuda_graph

@@ -11,6 +11,7 @@ from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind, LowerContext
 from ...passes.fuse import FUSED_REGION, region_graph
+from ..progress import kernel_started
 from ._text import inlinable_scalar
 from .expr import EXPRESSIONS, NotExpressible
 from .indexing import INDEX_RULES
@@ -55,14 +56,23 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
                if (v := inlinable_scalar(value, t.dtype)) is not None}
     kernel = region_kernel(ops, inputs, outputs, scalars=scalars)
     device = ctx.device
+    name = kernel.ops[0] + (f" +{len(kernel.ops) - 1} ops" if len(kernel.ops) > 1 else "")
+    fresh = [True]  # the first launch compiles (and tunes): reported to an executable's first run
+
+    def launch(xs: tuple[Any, ...], out: Any) -> list[Any]:
+        if fresh[0]:
+            fresh[0] = False
+            kernel_started(name)
+        return kernel(*xs, out=out, device=device)
+
     if len(outputs) == 1:
         def one(*xs: Any, out: Any = None) -> Any:
-            return kernel(*xs, out=out, device=device)[0]
+            return launch(xs, out)[0]
 
         fn: Any = one
     else:
         def several(*xs: Any, out: Any = None) -> Any:
-            return tuple(kernel(*xs, out=out, device=device))
+            return tuple(launch(xs, out))
 
         fn = several
     fn.source = kernel.source
