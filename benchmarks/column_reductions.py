@@ -25,6 +25,7 @@ import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,7 +46,10 @@ REGIONS = ("statistics", "backward")
 PASSES = {"statistics": 1, "backward": 5}  # activation-sized passes over memory a region cannot do with fewer
 
 
-Region = fusion.RegionCase
+if TYPE_CHECKING:  # mypy sees benchmarks/fusion.py as the top-level module ``fusion``
+    from fusion import RegionCase as Region
+else:
+    Region = fusion.RegionCase
 
 
 def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device: str) -> Region:

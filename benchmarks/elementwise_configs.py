@@ -26,7 +26,7 @@ import importlib.util
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -45,7 +45,10 @@ CASES = ("chain-3", "chain-8", "bn-forward", "bn-backward")
 DEFAULT = Config(reduction=False, block=1024, num_warps=4)
 
 
-Region = fusion.RegionCase
+if TYPE_CHECKING:  # mypy sees benchmarks/fusion.py as the top-level module ``fusion``
+    from fusion import RegionCase as Region
+else:
+    Region = fusion.RegionCase
 
 
 def build(case: str, dtype: og.DType, mib: float, shape: tuple[int, ...], device: str) -> Region:

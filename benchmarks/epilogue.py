@@ -137,7 +137,11 @@ def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act
             notes["torch.compile"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
     else:
         notes["torch.compile"] = compile_note
-    cases = {v: (lambda f=f: f(*args)) for v, f in fns.items() if f is not None}
+
+    def bound(f: Callable[..., Any]) -> Callable[[], Any]:  # a closure, not ``lambda f=f``: mypy cannot type those
+        return lambda: f(*args)
+
+    cases = {v: bound(f) for v, f in fns.items() if f is not None}
     want = cases["eager"]().float()
     for v, fn in cases.items():
         got = fn().float()

@@ -168,9 +168,10 @@ def region_case(outputs: list[og.Tensor], values: dict[int, torch.Tensor], devic
         v = values.get(id(t), t.op.payload)
         assert v is not None, f"input {t} is neither a placeholder nor a constant"
         feed.append(v.to(device))
-    if nbytes is None:
-        nbytes = sum(v.numel() * v.element_size() for v in feed)
-        nbytes += sum(math.prod(int(d or 0) for d in o.shape) * o.dtype.itemsize for o in outputs)
+    if nbytes is None:  # DType.itemsize is a float (sub-byte dtypes): a float sum, rounded down once
+        moved: float = sum(v.numel() * v.element_size() for v in feed)
+        moved += sum(math.prod(int(d or 0) for d in o.shape) * o.dtype.itemsize for o in outputs)
+        nbytes = int(moved)
     return RegionCase(ops, inputs, outputs, feed, int(nbytes))
 
 

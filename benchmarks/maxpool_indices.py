@@ -99,9 +99,13 @@ def bench(dev: og.Device, name: str, shape: tuple[int, int, int, int], k: int, s
     exes = {"og idx32": _opgraph(shape, out_shape, odt, k, s, p, og.int32, dev),
             "og idx64": _opgraph(shape, out_shape, odt, k, s, p, og.int64, dev),
             "og recompute": _opgraph(shape, out_shape, odt, k, s, p, None, dev)}
+
+    def run(e: og.Executable) -> Callable[[], Any]:  # a closure, not ``lambda e=e``: mypy cannot type those
+        return lambda: e.run([x, dy])
+
     cases: dict[str, Callable[[], Any]] = {
         "torch": lambda: _torch_saved(x, dy, k, s, p),
-        **{v: (lambda e=e: e.run([x, dy])) for v, e in exes.items()},
+        **{v: run(e) for v, e in exes.items()},
         "torch recompute": lambda: _torch_recompute(x, dy, k, s, p),
     }
     y_ref, dx_ref = cases["torch"]()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import heapq
 import warnings
 from collections.abc import Callable
 
@@ -51,9 +52,10 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
         torch.cuda.synchronize()
 
     def device_us(e: object) -> float:  # the attribute's name changed across PyTorch versions
-        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+        return float(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0))
 
-    total: collections.Counter[tuple[str, str]] = collections.Counter()
+    # microseconds are floats, which Counter's stubs do not count: nlargest ranks them as most_common would
+    total: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
     count: collections.Counter[tuple[str, str]] = collections.Counter()
     for e in prof.events():
         if e.name.startswith("aten::") and device_us(e):
@@ -61,7 +63,7 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
             total[key] += device_us(e) / 3
             count[key] += 1
     print(f"== {title}: ATen ops by device time/step (CUDA graphs off)")
-    for key, us in total.most_common(top):
+    for key, us in heapq.nlargest(top, total.items(), key=lambda item: item[1]):
         print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:28s} {key[1]}")
 
 
@@ -92,7 +94,9 @@ def main() -> None:
             model = WithLoss(m.build(False)).cuda().train()
             x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
             if args.channels_last and x.dim() == 4:
-                model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+                # torch's stubs give Module.to no memory_format overload, which it takes at runtime
+                model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+                x = x.contiguous(memory_format=torch.channels_last)
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",

@@ -53,6 +53,13 @@ def configs(width: int, chunks: list[int]) -> list[Config]:
     return out
 
 
+def constant(t: og.Tensor) -> torch.Tensor:
+    """The value of a region input that is no placeholder: the constant it reads."""
+    value = t.op.payload
+    assert value is not None, f"input {t} is neither a placeholder nor a constant"
+    return value
+
+
 def describe(c: Config) -> str:
     if c.split > 1 and c.looped:
         return f"split {c.split}, looped in steps of {c.rblock}, {c.num_warps} warps"
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 ops, ins = region_of([y])
                 values: dict[int, torch.Tensor] = {id(x): torch.randn(rows, width, device="cuda").to(tt)}
                 values.update({id(w): torch.randn(width, device="cuda").to(tt) for w in params})
-                feed = [values[id(t)] if id(t) in values else t.op.payload.cuda() for t in ins]
+                feed = [values[id(t)] if id(t) in values else constant(t).cuda() for t in ins]
                 results: list[tuple[float, Config, float]] = []
                 reference: torch.Tensor | None = None
                 for c in configs(width, chunks):

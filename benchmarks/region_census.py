@@ -145,10 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     model: torch.nn.Module = WithLoss(m.build(False)).cuda().train()
     x, y = (t.cuda() for t in make_data(m, args.batch, m.size, torch.device("cuda")))
     if args.channels_last and x.dim() == 4:
-        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+        # torch's stubs give Module.to no memory_format overload, which it takes at runtime
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        x = x.contiguous(memory_format=torch.channels_last)
     run = torch.compile(model, backend="opgraph", options={"cuda_graphs": False})
     for record in (False, True):  # a first step compiles and tunes; the second is recorded
-        with recording(not args.all) if record else contextlib.nullcontext({}) as seen:
+        # declared: mypy would type the conditional as the join of the two managers, an ABC with no __enter__
+        scope: contextlib.AbstractContextManager[dict[tuple[int, tuple[Meta, ...]], Seen]]
+        scope = recording(not args.all) if record else contextlib.nullcontext({})
+        with scope as seen:
             with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
                 loss = run(x, y)
             loss.backward()

@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     model = m.build(False).cuda().train()
     x, y = make_data(m, args.batch, m.size, torch.device("cuda"))
     if args.channels_last and x.dim() == 4:
-        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+        # torch's stubs give Module.to no memory_format overload, which it takes at runtime
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        x = x.contiguous(memory_format=torch.channels_last)
     for backend in args.backends.split(","):
         torch._dynamo.reset()
         module = WithLoss(model)

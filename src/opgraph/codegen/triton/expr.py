@@ -75,7 +75,7 @@ def exact_div(a: str, b: str, compute: str) -> str:
     return f"tl.div_rn({a}, ({b}) * 1.0)"
 
 
-_NUMBER = re.compile(r"-?[0-9.]+(e-?[0-9]+)?")
+_NUMBER = re.compile(r'-?[0-9.]+(e[-+]?[0-9]+)?|float\("-?(inf|nan)"\)')  # literal()'s spellings
 
 
 @dataclass(frozen=True)
