@@ -152,7 +152,15 @@ def _gelu_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
 def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
     if ctx.attrs.approximate is GeluApproximation.TANH:
         return lambda x: F.gelu(x, approximate="tanh")
-    return lambda x: torch.where(x == math.inf, x, F.gelu(x))  # torch's CPU erf kernel gives NaN at +inf
+    if ctx.device.type != "cpu":
+        return lambda x: torch.where(x == math.inf, x, F.gelu(x))
+
+    def on_cpu(x: torch.Tensor) -> torch.Tensor:
+        # torch's CPU erf kernel gives NaN at +inf: mended only where there is one (a read, not two passes more)
+        y = F.gelu(x)
+        return torch.where(x == math.inf, x, y) if bool(torch.isposinf(x).any()) else y
+
+    return on_cpu
 
 
 GELU = activation("gelu", doc="x * Phi(x), Phi the standard normal CDF (erf, or the tanh approximation)",

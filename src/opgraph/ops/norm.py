@@ -142,9 +142,36 @@ def _normalize_rule(a: NormalizeAttrs, ins: tuple[TensorType, ...]) -> TensorTyp
     return TensorType(broadcast_shapes(*(t.shape for t in ins)), ins[0].dtype)
 
 
+def _channel_axis(ins: Sequence[TensorType]) -> int | None:
+    """The axis of ``x`` (``ins[0]``) along which every other input varies, when each of them has x's dtype and
+    size 1 everywhere else (a batch norm's per-channel statistics and affine); None otherwise."""
+    x, *rest = ins
+    axes = set()
+    for t in rest:
+        if t.dtype is not x.dtype or t.rank > x.rank or x.rank < 2:
+            return None
+        varying = [x.rank - t.rank + j for j, d in enumerate(t.shape) if d != 1]
+        if len(varying) != 1 or t.shape[varying[0] - x.rank + t.rank] != x.shape[varying[0]] or None in t.shape:
+            return None
+        axes.add(varying[0])
+    return axes.pop() if len(axes) == 1 else None
+
+
 def _normalize_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: NormalizeAttrs = ctx.attrs
     out, ct, eps = ctx.out_types[0].dtype.torch_dtype, compute_dtype(ctx.in_types[0].dtype), a.epsilon
+    axis = _channel_axis(ctx.in_types)
+    if axis is not None and ctx.in_types[0].dtype.torch_dtype in (torch.float32, torch.float64):
+        # per-channel statistics: PyTorch's inference batch norm, one pass over x (the formula below makes four)
+        def batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
+            c = x.shape[axis]
+            gamma = affine[0].reshape(c) if a.has_gamma else None
+            beta = affine[-1].reshape(c) if a.has_beta else None
+            xc = x if axis == 1 else x.movedim(axis, 1)
+            y = F.batch_norm(xc, mean.reshape(c), var.reshape(c), gamma, beta, False, 0.0, eps)
+            return y if axis == 1 else y.movedim(1, axis)
+
+        return batch_norm
 
     def up(t: torch.Tensor) -> torch.Tensor:
         return t if t.dtype == ct else t.to(ct)

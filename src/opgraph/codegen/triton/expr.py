@@ -434,7 +434,7 @@ EXPRESSIONS: dict[OpDef, Expr] = {
     # activations
     act.RELU: _f("tl.where({0} < 0.0, 0.0, {0})"),  # NaN stays NaN
     act.RELU6: _f("tl.where({0} < 0.0, 0.0, tl.where({0} > 6.0, 6.0, {0}))"),
-    act.SILU: _f("{0} / (1.0 + tl.exp(-{0}))"),
+    act.SILU: _real_float(lambda a, ctx: exact_div(a[0], f"(1.0 + tl.exp(-{a[0]}))", compute_type(ctx.dtype))),
     act.SIGMOID: _f(_SIGMOID),
     act.SOFTSIGN: _f("{0} / (1.0 + tl.abs({0}))"),
     act.MISH: _real_float(lambda a, ctx: f"{a[0]} * og_tanh({_softplus_of(a[0], 1.0, 20.0)})"),

@@ -25,7 +25,7 @@ from ...runtime.compile import CompilationDescriptor
 from ...runtime.device import device as og_device
 from . import converters as _converters  # noqa: F401  (registers the converters)
 from .capture import capture_attention
-from .registry import SymSize
+from .registry import SymSize, decompositions
 from .translation import NotTranslatable, Translation, translate
 
 
@@ -202,7 +202,6 @@ def _boxed_eager(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 
 def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: Any = None) -> Any:
     """The Dynamo backend: forward (and, when training, backward) graphs compiled by opgraph."""
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     opts = TorchOptions.of(options)
@@ -216,11 +215,10 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 
     if opts.capture_attention:  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
         capture_attention(gm)
-    decompositions = core_aten_decompositions()
     # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math
-    decompositions.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    table = decompositions(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
     compiler = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward,
-                            decompositions=decompositions)
+                            decompositions=table)
     return compiler(gm, example_inputs)
 
 

@@ -28,6 +28,7 @@ from ...core.errors import GraphError
 from ...graph import Graph
 from ...ir.graph import Operation, Tensor
 from . import converters as _converters  # noqa: F401  (registers the converters)
+from .registry import decompositions
 from .translation import Translation, translate
 
 
@@ -47,15 +48,12 @@ class TorchGraph(Graph):
 def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any], *, buffers: str = "variables",
                dynamic_shapes: Any = None, strict: bool = False) -> TorchGraph:
     """``module`` exported with ``torch.export`` (``dynamic_shapes`` as there) and translated to a graph."""
-    from torch._decomp import core_aten_decompositions
     from torch.export.graph_signature import InputKind, OutputKind
 
     if buffers not in ("variables", "constants"):
         raise GraphError(f"from_torch: buffers must be 'variables' or 'constants', got {buffers!r}")
     ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=strict)
-    decompositions = core_aten_decompositions()
-    decompositions.pop(torch.ops.aten.scaled_dot_product_attention.default, None)  # converted to the fused op
-    ep = ep.run_decompositions(decompositions)
+    ep = ep.run_decompositions(decompositions(torch.ops.aten.scaled_dot_product_attention.default))  # fused op
     sig = ep.graph_signature
     specs = {s.arg.name: s for s in sig.input_specs}
     values = {**ep.state_dict, **ep.constants}

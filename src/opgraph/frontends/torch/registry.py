@@ -191,3 +191,20 @@ def type_of(value: Any) -> TensorType | None:
         return None
     shape = tuple(int(d) if isinstance(d, int) else None for d in value.shape)
     return TensorType(shape, dt)
+
+
+def decompositions(*keep: Any) -> dict[Any, Callable[..., Any]]:
+    """PyTorch's core ATen decompositions, less the activations opgraph has as ops of its own (the table splits
+    SiLU, Mish and Softplus into two or more elementwise ops: unfused, as many passes over memory) and ``keep``.
+
+    >>> table = decompositions()
+    >>> torch.ops.aten.silu.default in table, torch.ops.aten.silu_backward.default in table
+    (False, True)
+    """
+    from torch._decomp import core_aten_decompositions
+
+    aten = torch.ops.aten
+    table = core_aten_decompositions()
+    for op in (aten.silu.default, aten.mish.default, aten.softplus.default, *keep):
+        table.pop(op, None)
+    return table
