@@ -199,6 +199,10 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
 
         passes.append(Pass("fuse_matmul_epilogues", fuse_matmul_epilogues))  # before region formation
+    if descriptor.fusion and descriptor.optimization_level >= 1 and not fusing:
+        from ..passes.conv_bias import fuse_conv_biases  # where regions form, the bias add joins the next op's
+
+        passes.append(Pass("fuse_conv_biases", fuse_conv_biases))
     if fusing:
         if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
             _check_interpreter_possible()

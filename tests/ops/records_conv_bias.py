@@ -1,0 +1,86 @@
+"""Records for conv2d_bias (made by the compiler; built here directly from its attributes). The oracle is a direct
+convolution in NumPy float64: every kernel tap's strided window of the padded input, contracted per group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import opgraph as og
+from opgraph.ops.conv_bias import CONV2D_BIAS, ConvBiasAttrs
+
+from .opinfo import ErrorCase, OpInfo, Sample, rand
+
+
+def _build(g: og.Graph, x: og.Tensor, w: og.Tensor, b: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(CONV2D_BIAS, [x, w, b], ConvBiasAttrs(**kw))
+
+
+def np_conv_bias(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: tuple[int, int] = (1, 1),
+                 padding: tuple[int, int] = (0, 0), dilation_rates: tuple[int, int] = (1, 1),
+                 groups: int = 1) -> np.ndarray:
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    (n, _, h, wd), (o, cg, kh, kw) = x.shape, w.shape
+    (ph, pw), (sh, sw), (dh, dw) = padding, strides, dilation_rates
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    per = o // groups
+    for gi in range(groups):
+        xs, ws = xp[:, gi * cg:(gi + 1) * cg], w[gi * per:(gi + 1) * per]
+        for i in range(kh):
+            for j in range(kw):
+                window = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                out[:, gi * per:(gi + 1) * per] += np.einsum("nchw,oc->nohw", window, ws[:, :, i, j])
+    return out + b.astype(np.float64)[None, :, None, None]
+
+
+def _samples(rng: np.random.Generator) -> list[Sample]:
+    def s(x: tuple[int, ...], w: tuple[int, ...], dt: Any, desc: str, **kw: Any) -> Sample:
+        return Sample([rand(rng, x, dt), rand(rng, w, dt), rand(rng, (w[0],), dt)], kw, desc)
+
+    return [
+        s((2, 3, 6, 5), (4, 3, 3, 3), np.float32, "f32-3x3-pad1", padding=(1, 1)),
+        s((1, 4, 9, 8), (6, 4, 3, 2), np.float32, "f32-stride2-dilation2", strides=(2, 2), dilation_rates=(2, 1)),
+        s((2, 4, 5, 5), (6, 2, 3, 3), np.float64, "f64-groups2-pad", padding=(1, 2), groups=2),
+        s((3, 2, 4, 4), (5, 2, 1, 1), np.float64, "f64-1x1"),
+        s((1, 3, 7, 7), (3, 1, 3, 3), np.float32, "f32-depthwise-as-groups", padding=(1, 1), groups=3),
+    ]
+
+
+def _ph(g: og.Graph, shape: tuple[int | None, ...], dtype: Any = og.float32) -> og.Tensor:
+    return g.placeholder(shape, dtype)
+
+
+def _with(**kw: Any) -> Any:
+    return lambda g: g._apply(CONV2D_BIAS, [_ph(g, (1, 4, 5, 5)), _ph(g, (2, 4, 3, 3)), _ph(g, (2,))],
+                              ConvBiasAttrs(**kw))
+
+
+ERRORS = [
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 3, 5, 5)), _ph(g, (2, 4, 3, 3)), _ph(g, (2,))), og.ShapeError,
+              "x has 3 channels", "channels"),
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 4, 5, 5)), _ph(g, (2, 4, 3, 3)), _ph(g, (3,))), og.ShapeError,
+              "bias must be 1-D of length 2", "bias-length"),
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 4, 5, 5)), _ph(g, (3, 2, 3, 3)), _ph(g, (3,)), groups=2),
+              og.ShapeError, "do not split into 2 groups", "groups"),
+    ErrorCase(lambda g: _build(g, _ph(g, (4, 5, 5)), _ph(g, (2, 4, 3, 3)), _ph(g, (2,))), og.ShapeError,
+              "rank 4", "x-rank3"),
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 4, 2, 2)), _ph(g, (2, 4, 3, 3)), _ph(g, (2,))), og.ShapeError,
+              "kernel reaches 3", "kernel-too-big"),
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 4, 5, 5), og.int32), _ph(g, (2, 4, 3, 3), og.int32),
+                               _ph(g, (2,), og.int32)), og.DTypeError, "int32", "integer"),
+    ErrorCase(lambda g: _build(g, _ph(g, (1, 4, 5, 5)), _ph(g, (2, 4, 3, 3), og.float64), _ph(g, (2,))),
+              og.DTypeError, "one dtype", "mixed-dtypes"),
+    ErrorCase(_with(strides=(0, 1)), og.AttributeValueError, "strides must be two ints >= 1", "stride-0"),
+    ErrorCase(_with(padding=(1,)), og.AttributeValueError, "padding must be two ints >= 0", "padding-1"),
+    ErrorCase(_with(groups=True), og.AttributeValueError, "groups must be an int >= 1", "groups-bool"),
+    ErrorCase(_with(names=("a", 1)), og.AttributeValueError, "names must be a tuple of str", "names"),
+]
+
+RECORDS = [
+    OpInfo("conv2d_bias", (CONV2D_BIAS,), _build, _samples, np_conv_bias, errors=ERRORS,
+           tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),  # cuDNN's TF32
+]

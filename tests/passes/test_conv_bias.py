@@ -1,0 +1,86 @@
+"""passes/conv_bias.py: conv2d -> add(bias placed as (C, 1, 1)) becomes conv2d_bias where no regions form (the
+CPU), with the unfused graph's values; everything that does not fit the plain case keeps its two ops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opgraph as og
+from opgraph.passes.conv_bias import fuse_conv_biases
+from opgraph.passes.program import Program
+
+D = og.Conv2dDescriptor
+PAD1 = D(padding_left=1, padding_right=1, padding_top=1, padding_bottom=1)
+
+
+def _ops(program: Program) -> list[str]:
+    return [o.op.name for o in program.graph.ops if o.op.name != "placeholder"]
+
+
+def _graph(desc: og.Conv2dDescriptor = PAD1,
+           bias_shape: tuple[int, ...] = (3,), place: str = "expand_dims", extra_reader: bool = False,
+           w_shape: tuple[int, ...] = (3, 2, 3, 3), x_shape: tuple[int, ...] = (2, 2, 6, 6),
+           ) -> tuple[og.Graph, list[og.Tensor], list[og.Tensor]]:
+    g = og.Graph()
+    x, w, b = g.placeholder(x_shape), g.placeholder(w_shape), g.placeholder(bias_shape)
+    y = g.conv2d(x, w, desc)
+    placed = {"expand_dims": lambda: g.expand_dims(b, [1, 2]), "reshape": lambda: g.reshape(b, (1, -1, 1, 1)),
+              "as-is": lambda: b}[place]()
+    out = g.add(y, placed, name="out")
+    return g, [x, w, b], [out, g.relu(y)] if extra_reader else [out]
+
+
+@pytest.mark.parametrize("place", ["expand_dims", "reshape"])
+def test_the_plain_conv_takes_its_bias(place: str) -> None:
+    g, feeds, outs = _graph(place=place)
+    fused = fuse_conv_biases(Program(g, feeds, outs, []))
+    assert _ops(fused) == ["conv2d_bias"]
+    assert fused.graph.ops[-1].name == "out" and fused.graph.ops[-1].attrs.names[1] == "out"
+
+
+@pytest.mark.parametrize("case", ["conv-output-read-twice", "bias-along-width", "asymmetric-padding", "nhwc",
+                                  "dynamic-batch"])
+def test_anything_else_keeps_its_two_ops(case: str) -> None:
+    kwargs: dict = {
+        "conv-output-read-twice": dict(extra_reader=True),
+        "bias-along-width": dict(bias_shape=(6,), place="as-is"),  # broadcasts along W, not the channels
+        "asymmetric-padding": dict(desc=D(padding_style=og.PaddingStyle.TF_SAME), w_shape=(3, 2, 2, 2)),
+        "nhwc": dict(desc=D(data_layout=og.TensorLayout.NHWC), x_shape=(2, 6, 6, 2), bias_shape=(3,), place="as-is"),
+        "dynamic-batch": dict(x_shape=(None, 2, 6, 6)),
+    }[case]
+    g, feeds, outs = _graph(**kwargs)
+    before = _ops(Program(g, feeds, outs, []))
+    assert "conv2d_bias" not in _ops(fuse_conv_biases(Program(g, feeds, outs, []))), before
+
+
+def test_executables_on_the_cpu_fuse_and_match_the_unfused_values() -> None:
+    g, feeds, outs = _graph()
+    gen = torch.Generator().manual_seed(0)
+    vals = [torch.randn(tuple(t.shape), generator=gen) for t in feeds]  # type: ignore[arg-type]
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, outs, device="cpu")
+    plain = g.compile(types, outs, device="cpu", descriptor=og.CompilationDescriptor(fusion=False))
+    assert [k.op for k in fused.kernels()] == ["conv2d_bias"]
+    assert "conv2d_bias" not in [k.op for k in plain.kernels()]
+    torch.testing.assert_close(fused.run(vals)[0], plain.run(vals)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_not_where_regions_form() -> None:
+    """With generated kernels (CUDA, or the interpreter) the bias add joins the region of the ops after it."""
+    pytest.importorskip("triton")
+    g, feeds, outs = _graph()
+    exe = g.compile({t: t.type for t in feeds}, [g.relu(outs[0])], device="cpu",
+                    descriptor=og.CompilationDescriptor(fusion=True, triton_interpret=True))
+    assert "conv2d_bias" not in [k.op for k in exe.kernels()]
+
+
+def test_a_torch_conv_with_bias_runs_as_one_call_on_the_cpu() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        report = og.torch.explain(model, x)
+        got = torch.compile(model, backend="opgraph")(x)
+    kernels = [k.op for k in report.graphs[0].kernels]
+    assert "conv2d_bias" in kernels and "add" not in kernels, kernels
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
