@@ -99,7 +99,7 @@ def _check_training_step_is_one_executable(device: str) -> None:
     assert torch.isfinite(lv) and not torch.equal(model.state_dict(dev)["5.weight"], after["5.weight"])
     # one executable holds forward, backward and the assigns: a single generated function
     names = [o.op.name for o in exe.program.graph.ops]
-    # the forward's convolution (with its bias on the CPU: passes/conv_bias.py)
+    # the forward's convolution (with its bias on the CPU: passes/vendor_fused.py)
     assert names.count("assign") == len(updates) and ("conv2d" in names or "conv2d_bias" in names)
     # the loss is there as itself, or (fusion on: CUDA) decomposed into a generated log_softmax kernel
     assert "softmax_cross_entropy" in names or any("log_softmax" in (k.source or "") for k in exe.kernels())

@@ -200,9 +200,9 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
 
         passes.append(Pass("fuse_matmul_epilogues", fuse_matmul_epilogues))  # before region formation
     if descriptor.fusion and descriptor.optimization_level >= 1 and not fusing:
-        from ..passes.conv_bias import fuse_conv_biases  # where regions form, the bias add joins the next op's
+        from ..passes.vendor_fused import fuse_vendor_calls  # where regions form, those ops join them instead
 
-        passes.append(Pass("fuse_conv_biases", fuse_conv_biases))
+        passes.append(Pass("fuse_vendor_calls", fuse_vendor_calls))
     if fusing:
         if descriptor.triton_interpret:  # Triton reads this when a kernel is loaded
             _check_interpreter_possible()

@@ -1,5 +1,6 @@
-"""Records for conv2d_bias (made by the compiler; built here directly from its attributes). The oracle is a direct
-convolution in NumPy float64: every kernel tap's strided window of the padded input, contracted per group."""
+"""Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
+conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
+input, contracted per group); batch_norm_inference's the formula in float64."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import torch
 
 import opgraph as og
-from opgraph.ops.conv_bias import CONV2D_BIAS, ConvBiasAttrs
+from opgraph.ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
 
 from .opinfo import ErrorCase, OpInfo, Sample, rand
 
@@ -80,7 +81,56 @@ ERRORS = [
     ErrorCase(_with(names=("a", 1)), og.AttributeValueError, "names must be a tuple of str", "names"),
 ]
 
+def _bn_build(g: og.Graph, *xs: og.Tensor, **kw: Any) -> og.Tensor:
+    flags = {"has_gamma": len(xs) > 3, "has_beta": len(xs) > 4, **kw}
+    return g._apply(BATCH_NORM_INFERENCE, list(xs), BatchNormInferenceAttrs(**flags))
+
+
+def np_batch_norm(x: np.ndarray, mean: np.ndarray, var: np.ndarray, *affine: np.ndarray, axis: int = 1,
+                  epsilon: float = 1e-5, **_: Any) -> np.ndarray:
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    up = [np.asarray(v, dtype=np.float64).reshape(shape) for v in (mean, var, *affine)]
+    y = (x.astype(np.float64) - up[0]) / np.sqrt(up[1] + epsilon)
+    if len(up) > 2:
+        y = y * up[2]
+    return y + up[3] if len(up) > 3 else y
+
+
+def _bn_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(x: tuple[int, ...], axis: int, dt: Any, desc: str, params: int = 2, **kw: Any) -> Sample:
+        c = x[axis]
+        stats = [rand(rng, (c,), dt), rand(rng, (c,), dt, low=0.5, high=2.0)]
+        return Sample([rand(rng, x, dt), *stats, *(rand(rng, (c,), dt) for _ in range(params))],
+                      {"axis": axis, **kw}, desc)
+
+    return [
+        s((2, 3, 4, 5), 1, np.float32, "f32-nchw"),
+        s((2, 4, 5, 3), 3, np.float64, "f64-channels-last-axis", epsilon=1e-3),
+        s((6, 4), 1, np.float32, "f32-2d"),
+        s((2, 3, 4, 5), 1, np.float64, "f64-no-affine", params=0),
+        s((2, 3, 7), 1, np.float32, "f32-gamma-only", params=1),
+    ]
+
+
+BN_ERRORS = [
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (2, 3, 4)), _ph(g, (4,)), _ph(g, (4,))), og.ShapeError,
+              "1-D of length 3", "stats-length"),
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (3,)), _ph(g, (3,)), _ph(g, (3,))), og.ShapeError, "rank >= 2",
+              "x-rank1"),
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (2, 3)), _ph(g, (3,)), _ph(g, (3,)), axis=2), og.AttributeValueError,
+              "axis must be an int in", "axis"),
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (2, 3)), _ph(g, (3,)), _ph(g, (3,)), epsilon=-1.0),
+              og.AttributeValueError, "epsilon must be a float >= 0", "epsilon"),
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (2, 3)), _ph(g, (3,), og.float64), _ph(g, (3,))), og.DTypeError,
+              "one dtype", "mixed-dtypes"),
+    ErrorCase(lambda g: _bn_build(g, _ph(g, (2, 3)), _ph(g, (3,)), _ph(g, (3,)), has_gamma=True),
+              og.ShapeError, "expects 4 inputs", "arity"),
+]
+
 RECORDS = [
+    OpInfo("batch_norm_inference", (BATCH_NORM_INFERENCE,), _bn_build, _bn_samples, np_batch_norm, errors=BN_ERRORS,
+           tol={torch.float32: (1e-5, 1e-5)}),
     OpInfo("conv2d_bias", (CONV2D_BIAS,), _build, _samples, np_conv_bias, errors=ERRORS,
            tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),  # cuDNN's TF32
 ]

@@ -1,4 +1,4 @@
-"""passes/conv_bias.py: conv2d -> add(bias placed as (C, 1, 1)) becomes conv2d_bias where no regions form (the
+"""passes/vendor_fused.py: conv2d -> add(bias placed as (C, 1, 1)) becomes conv2d_bias where no regions form (the
 CPU), with the unfused graph's values; everything that does not fit the plain case keeps its two ops."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import opgraph as og
-from opgraph.passes.conv_bias import fuse_conv_biases
 from opgraph.passes.program import Program
+from opgraph.passes.vendor_fused import fuse_vendor_calls
 
 D = og.Conv2dDescriptor
 PAD1 = D(padding_left=1, padding_right=1, padding_top=1, padding_bottom=1)
@@ -34,7 +34,7 @@ def _graph(desc: og.Conv2dDescriptor = PAD1,
 @pytest.mark.parametrize("place", ["expand_dims", "reshape"])
 def test_the_plain_conv_takes_its_bias(place: str) -> None:
     g, feeds, outs = _graph(place=place)
-    fused = fuse_conv_biases(Program(g, feeds, outs, []))
+    fused = fuse_vendor_calls(Program(g, feeds, outs, []))
     assert _ops(fused) == ["conv2d_bias"]
     assert fused.graph.ops[-1].name == "out" and fused.graph.ops[-1].attrs.names[1] == "out"
 
@@ -51,7 +51,7 @@ def test_anything_else_keeps_its_two_ops(case: str) -> None:
     }[case]
     g, feeds, outs = _graph(**kwargs)
     before = _ops(Program(g, feeds, outs, []))
-    assert "conv2d_bias" not in _ops(fuse_conv_biases(Program(g, feeds, outs, []))), before
+    assert "conv2d_bias" not in _ops(fuse_vendor_calls(Program(g, feeds, outs, []))), before
 
 
 def test_executables_on_the_cpu_fuse_and_match_the_unfused_values() -> None:
@@ -83,4 +83,54 @@ def test_a_torch_conv_with_bias_runs_as_one_call_on_the_cpu() -> None:
         got = torch.compile(model, backend="opgraph")(x)
     kernels = [k.op for k in report.graphs[0].kernels]
     assert "conv2d_bias" in kernels and "add" not in kernels, kernels
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+
+
+# ---- normalize with per-channel statistics -> batch_norm_inference ---------------------------------------------
+def _bn_graph(dtype: og.DType, shape: tuple[int, ...] = (4, 3, 5, 5)) -> tuple[og.Graph, list[og.Tensor], og.Tensor]:
+    g = og.Graph()
+    x = g.placeholder(shape, dtype)
+    params = [g.placeholder((shape[1],), og.float32) for _ in range(4)]
+    return g, [x, *params], g.batch_norm(x, *params, training=False).output
+
+
+@pytest.mark.parametrize("dtype", [og.float32, og.float64, og.bfloat16], ids=str)
+def test_inference_batch_norms_drop_their_reshapes(dtype: og.DType) -> None:
+    g, feeds, y = _bn_graph(dtype)
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [y], device="cpu")
+    kernels = [k.op for k in fused.kernels()]
+    assert "batch_norm_inference" in kernels and "reshape" not in kernels and "normalize" not in kernels, kernels
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(4, 3, 5, 5, generator=gen, dtype=torch.float64) * 2 + 1).to(dtype.torch_dtype)
+    params = [torch.randn(3, generator=gen), torch.rand(3, generator=gen) + 0.5, torch.rand(3, generator=gen) + 0.5,
+              torch.randn(3, generator=gen)]
+    got = fused.run([x, *params])[0]
+    plain = g.compile(types, [y], device="cpu", descriptor=og.CompilationDescriptor(fusion=False)).run([x, *params])
+    assert torch.equal(got, plain[0])  # the same PyTorch call, before and after the rewrite
+    up = [v.double() for v in params]
+    want = torch.nn.functional.batch_norm(x.double(), up[0], up[1], up[2], up[3], False)
+    tol = 2e-2 if dtype is og.bfloat16 else 1e-5
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+def test_statistics_along_two_axes_stay_a_normalize() -> None:
+    g = og.Graph()
+    x = g.placeholder((2, 3, 4), og.float32)
+    mean, var = g.placeholder((3, 4), og.float32), g.placeholder((3, 4), og.float32)
+    y = g.normalize(x, mean, var)
+    assert _ops(fuse_vendor_calls(Program(g, [x, mean, var], [y], []))) == ["normalize"]
+
+
+def test_a_torch_batch_norm_in_eval_is_one_call_on_the_cpu() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    for p in model[1].parameters():
+        torch.nn.init.uniform_(p, 0.5, 1.5)
+    model.eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        report = og.torch.explain(model, x)
+        got = torch.compile(model, backend="opgraph")(x)
+    kernels = [k.op for k in report.graphs[0].kernels]
+    assert kernels.count("batch_norm_inference") == 1 and "reshape" not in kernels, kernels
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,136 @@
+"""One vendor call for what the graph spells as several ops, where no kernel generator fuses elementwise work (the
+CPU): each such op is a pass of its own over memory there. The ops are ``ops/vendor_fused.py``'s.
+
+* ``conv2d -> add(bias placed as (C, 1, 1))`` becomes ``conv2d_bias`` (oneDNN adds the bias inside the
+  convolution). Only the plain convolution: NCHW data, OIHW weights, static shapes, symmetric padding; the bias
+  a rank-1 tensor of the output's channels reshaped (``expand_dims``/``reshape``) to broadcast along dim 1, with
+  the conv's dtype. The conv's output must have no other reader and not be an output; the op takes the add's name.
+* ``normalize(x, mean, var, gamma, beta)`` whose statistics and parameters are rank-1 (C,) tensors reshaped to
+  broadcast along one axis of x, all in x's dtype (float32 or float64), becomes ``batch_norm_inference`` of the
+  rank-1 tensors: the four reshapes go, and PyTorch's inference batch norm makes one pass over x.
+
+>>> import opgraph as og, torch
+>>> from opgraph.passes.program import Program
+>>> g = og.Graph()
+>>> x, w, b = g.placeholder((1, 2, 5, 5)), g.placeholder((3, 2, 3, 3)), g.placeholder((3,))
+>>> y = g.add(g.conv2d(x, w, og.Conv2dDescriptor()), g.expand_dims(b, [1, 2]), name="y")
+>>> [o.op.name for o in fuse_vendor_calls(Program(g, [x, w, b], [y], [])).graph.ops]
+['placeholder', 'placeholder', 'placeholder', 'conv2d_bias']
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir.graph import GraphCore, Operation, Tensor
+from ..ops.conv import CONV2D, TensorLayout, WeightsLayout, _pads
+from ..ops.elementwise import ADD
+from ..ops.norm import NORMALIZE, _channel_axis
+from ..ops.shape import EXPAND_DIMS, RESHAPE
+from ..ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
+from .dce import dead_code_elimination
+from .program import Program, rewrite
+
+
+def _rank1_source(t: Tensor, channels: int | None) -> Tensor | None:
+    """The rank-1 (channels,) tensor that ``t`` reshapes (through ``expand_dims``/``reshape``), if it does."""
+    while t.op.op in (EXPAND_DIMS, RESHAPE) and t.rank != 1:
+        t = t.op.inputs[0]
+    return t if t.rank == 1 and channels is not None and t.shape == (channels,) else None
+
+
+def _in_new_graph(t: Tensor) -> Tensor:
+    """The rank-1 tensor a copied chain of reshapes starts from, in the rewritten graph."""
+    while t.rank != 1:
+        t = t.op.inputs[0]
+    return t
+
+
+def _fusable(conv: Operation) -> tuple[int, int] | None:
+    """The conv's symmetric (y, x) padding when it is the plain convolution ``conv2d_bias`` computes."""
+    d = conv.attrs
+    x, w = conv.inputs
+    if d.data_layout is not TensorLayout.NCHW or d.weights_layout is not WeightsLayout.OIHW:
+        return None
+    if not (x.type.is_static and w.type.is_static):
+        return None
+    pads = _pads(d, x.shape[2:], w.shape[2:])  # type: ignore[arg-type]
+    if any(before != after for before, after in pads):
+        return None
+    return pads[0][0], pads[1][0]
+
+
+def _readers(program: Program) -> dict[int, list[Operation]]:
+    readers: dict[int, list[Operation]] = {}
+    for op in program.graph.ops:
+        for t in op.inputs:
+            readers.setdefault(id(t), []).append(op)
+    return readers
+
+
+def _conv_bias_plans(program: Program) -> dict[int, tuple[Operation, tuple[int, int]]]:
+    """id(add) -> (its conv, the conv's symmetric padding) for each conv -> add(placed bias) pair."""
+    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    plans = {}
+    for op in program.graph.ops:
+        if op.op is not CONV2D:
+            continue
+        y = op.outputs[0]
+        users = readers.get(id(y), [])
+        padding = _fusable(op)
+        if padding is None or len(users) != 1 or id(y) in outputs or users[0].op is not ADD:
+            continue
+        add = users[0]
+        other = add.inputs[1] if add.inputs[0] is y else add.inputs[0]
+        if other is y or other.shape not in ((y.shape[1], 1, 1), (1, y.shape[1], 1, 1)):
+            continue
+        bias = _rank1_source(other, y.shape[1])
+        if bias is None or bias.dtype is not y.dtype or add.outputs[0].type != y.type:
+            continue
+        plans[id(add)] = (op, padding)
+    return plans
+
+
+def _batch_norm_axis(op: Operation) -> int | None:
+    """The channel axis of a ``normalize`` whose other inputs are all reshaped rank-1 (C,) tensors in x's dtype."""
+    if op.op is not NORMALIZE or op.inputs[0].dtype.torch_dtype not in (torch.float32, torch.float64):
+        return None
+    x = op.inputs[0]
+    axis = _channel_axis([t.type for t in op.inputs])
+    if axis is None or any(_rank1_source(t, x.shape[axis]) is None for t in op.inputs[1:]):
+        return None
+    return axis
+
+
+def fuse_vendor_calls(program: Program) -> Program:
+    """Replace conv2d -> add(placed bias) pairs by ``conv2d_bias`` and per-channel ``normalize`` ops by
+    ``batch_norm_inference``; the reshapes left unread go."""
+    conv_plans = _conv_bias_plans(program)
+    norm_axes = {id(op): axis for op in program.graph.ops if (axis := _batch_norm_axis(op)) is not None}
+    if not conv_plans and not norm_axes:
+        return program
+    convs = {id(conv) for conv, _ in conv_plans.values()}
+    mapped: dict[int, list[Tensor]] = {}
+
+    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor] | None:
+        if id(op) in convs:
+            mapped[id(op)] = ins
+            return ins[:1]  # a stand-in until the add: nothing else reads the conv's output
+        if id(op) in norm_axes:
+            a = op.attrs
+            bn = BatchNormInferenceAttrs(norm_axes[id(op)], float(a.epsilon), a.has_gamma, a.has_beta, (op.name,))
+            return g._add_op(BATCH_NORM_INFERENCE, [ins[0], *(_in_new_graph(t) for t in ins[1:])], bn, op.name)
+        plan = conv_plans.get(id(op))
+        if plan is None:
+            return None
+        conv, padding = plan
+        x, w = mapped[id(conv)]
+        bias = _in_new_graph(next(t for t, old in zip(ins, op.inputs, strict=True) if old is not conv.outputs[0]))
+        d = conv.attrs
+        attrs = ConvBiasAttrs(d.strides, padding, d.dilation_rates, d.groups, (conv.name, op.name))
+        return g._add_op(CONV2D_BIAS, [x, w, bias], attrs, op.name)
+
+    return dead_code_elimination(rewrite(program, fn))  # the reshapes of biases and statistics are left unread
+
+
+__all__ = ["fuse_vendor_calls"]
