@@ -156,9 +156,11 @@ def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
         return lambda x: torch.where(x == math.inf, x, F.gelu(x))
 
     def on_cpu(x: torch.Tensor) -> torch.Tensor:
-        # torch's CPU erf kernel gives NaN at +inf: mended only where there is one (a read, not two passes more)
+        # torch's CPU erf kernel gives NaN at +inf: mended only where x's maximum is +inf or NaN (a NaN hides
+        # it); the maximum is one vectorised read, where isposinf(x).any() cost more than the gelu itself
         y = F.gelu(x)
-        return torch.where(x == math.inf, x, y) if bool(torch.isposinf(x).any()) else y
+        top = x.amax().item() if x.numel() else 0.0
+        return torch.where(x == math.inf, x, y) if top == math.inf or top != top else y
 
     return on_cpu
 
