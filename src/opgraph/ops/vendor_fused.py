@@ -21,6 +21,8 @@ from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ._rules import expect_arity, expect_dtype, same_dtype
+from .batch_norm import BatchNormTrainingAttrs
+from .batch_norm_grad import check_bn_attrs, check_flags
 from .registry import FusionKind, LowerContext, OpDef, attrs
 
 
@@ -90,31 +92,20 @@ CONV2D_BIAS = OpDef("conv2d_bias", infer=_rule, lower=_lower, attrs=ConvBiasAttr
 
 # ---- batch_norm_inference -------------------------------------------------------------------------------
 @attrs
-class BatchNormInferenceAttrs:
-    axis: int = 1
-    epsilon: float = 1e-5
-    has_gamma: bool = True
-    has_beta: bool = True
-    names: tuple[str, ...] = ()  # the graph ops it replaced (introspection only)
+class BatchNormInferenceAttrs(BatchNormTrainingAttrs):
+    """batch_norm_training's attributes (axis, epsilon, has_gamma, has_beta) and the ops it replaced."""
+
+    names: tuple[str, ...] = ()  # introspection only
 
 
 def _bn_rule(a: BatchNormInferenceAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    for field in ("has_gamma", "has_beta"):
-        if not isinstance(getattr(a, field), bool):
-            raise AttributeValueError(f"{field} must be a bool, got {getattr(a, field)!r}")
-    if isinstance(a.epsilon, bool) or not isinstance(a.epsilon, float) or not a.epsilon >= 0:
-        raise AttributeValueError(f"epsilon must be a float >= 0, got {a.epsilon!r}")
+    check_flags(has_gamma=a.has_gamma, has_beta=a.has_beta)
     if not isinstance(a.names, tuple) or not all(isinstance(n, str) for n in a.names):
         raise AttributeValueError(f"names must be a tuple of str, got {a.names!r}")
     expect_arity(ins, 3 + a.has_gamma + a.has_beta)
     same_dtype(ins)
-    for t in ins:
-        expect_dtype(t, FLOAT_DTYPES)
     x = ins[0]
-    if x.rank < 2:
-        raise ShapeError(f"expects x of rank >= 2, got rank {x.rank}")
-    if isinstance(a.axis, bool) or not isinstance(a.axis, int) or not 0 <= a.axis < x.rank:
-        raise AttributeValueError(f"axis must be an int in [0, {x.rank}), got {a.axis!r}")
+    check_bn_attrs(a.axis, a.epsilon, x)
     c = x.shape[a.axis]
     for t in ins[1:]:
         if t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
