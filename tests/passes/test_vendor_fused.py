@@ -1,5 +1,6 @@
-"""passes/vendor_fused.py: conv2d -> add(bias placed as (C, 1, 1)) becomes conv2d_bias where no regions form (the
-CPU), with the unfused graph's values; everything that does not fit the plain case keeps its two ops."""
+"""passes/vendor_fused.py where no regions form (the CPU), with the unfused graph's values: conv2d -> add(bias
+placed as (C, 1, 1)) becomes conv2d_bias (anything else keeps its two ops), a normalize of reshaped per-channel
+statistics batch_norm_inference."""
 
 from __future__ import annotations
 
@@ -31,31 +32,33 @@ def _graph(desc: og.Conv2dDescriptor = PAD1,
     return g, [x, w, b], [out, g.relu(y)] if extra_reader else [out]
 
 
-@pytest.mark.parametrize("place", ["expand_dims", "reshape"])
-def test_the_plain_conv_takes_its_bias(place: str) -> None:
-    g, feeds, outs = _graph(place=place)
+@pytest.mark.parametrize("case", ["expand_dims", "reshape", "asymmetric-padding", "dynamic-batch"])
+def test_an_nchw_conv_takes_its_bias(case: str) -> None:
+    kwargs: dict = {"expand_dims": {}, "reshape": dict(place="reshape"),
+                    "asymmetric-padding": dict(desc=D(padding_style=og.PaddingStyle.TF_SAME), w_shape=(3, 2, 2, 2)),
+                    "dynamic-batch": dict(x_shape=(None, 2, 6, 6))}[case]
+    g, feeds, outs = _graph(**kwargs)
     fused = fuse_vendor_calls(Program(g, feeds, outs, []))
     assert _ops(fused) == ["conv2d_bias"]
     assert fused.graph.ops[-1].name == "out" and fused.graph.ops[-1].attrs.names[1] == "out"
 
 
-@pytest.mark.parametrize("case", ["conv-output-read-twice", "bias-along-width", "asymmetric-padding", "nhwc",
-                                  "dynamic-batch"])
+@pytest.mark.parametrize("case", ["conv-output-read-twice", "bias-along-width", "nhwc"])
 def test_anything_else_keeps_its_two_ops(case: str) -> None:
     kwargs: dict = {
         "conv-output-read-twice": dict(extra_reader=True),
         "bias-along-width": dict(bias_shape=(6,), place="as-is"),  # broadcasts along W, not the channels
-        "asymmetric-padding": dict(desc=D(padding_style=og.PaddingStyle.TF_SAME), w_shape=(3, 2, 2, 2)),
         "nhwc": dict(desc=D(data_layout=og.TensorLayout.NHWC), x_shape=(2, 6, 6, 2), bias_shape=(3,), place="as-is"),
-        "dynamic-batch": dict(x_shape=(None, 2, 6, 6)),
     }[case]
     g, feeds, outs = _graph(**kwargs)
     before = _ops(Program(g, feeds, outs, []))
     assert "conv2d_bias" not in _ops(fuse_vendor_calls(Program(g, feeds, outs, []))), before
 
 
-def test_executables_on_the_cpu_fuse_and_match_the_unfused_values() -> None:
-    g, feeds, outs = _graph()
+@pytest.mark.parametrize("padding", ["symmetric", "tf-same-asymmetric"])
+def test_executables_on_the_cpu_fuse_and_match_the_unfused_values(padding: str) -> None:
+    g, feeds, outs = (_graph() if padding == "symmetric" else
+                      _graph(desc=D(padding_style=og.PaddingStyle.TF_SAME), w_shape=(3, 2, 2, 2)))
     gen = torch.Generator().manual_seed(0)
     vals = [torch.randn(tuple(t.shape), generator=gen) for t in feeds]  # type: ignore[arg-type]
     types = {t: t.type for t in feeds}

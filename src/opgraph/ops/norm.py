@@ -142,7 +142,7 @@ def _normalize_rule(a: NormalizeAttrs, ins: tuple[TensorType, ...]) -> TensorTyp
     return TensorType(broadcast_shapes(*(t.shape for t in ins)), ins[0].dtype)
 
 
-def _channel_axis(ins: Sequence[TensorType]) -> int | None:
+def channel_axis(ins: Sequence[TensorType]) -> int | None:
     """The axis of ``x`` (``ins[0]``) along which every other input varies, when each of them has x's dtype and
     size 1 everywhere else (a batch norm's per-channel statistics and affine); None otherwise."""
     x, *rest = ins
@@ -157,19 +157,26 @@ def _channel_axis(ins: Sequence[TensorType]) -> int | None:
     return axes.pop() if len(axes) == 1 else None
 
 
+def inference_batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, gamma: torch.Tensor | None,
+                         beta: torch.Tensor | None, axis: int, eps: float) -> torch.Tensor:
+    """PyTorch's inference batch norm along ``axis`` (one pass over x, eager's values); per-channel tensors of
+    any shape holding C values."""
+    c = x.shape[axis]
+    flat = [None if t is None else t.reshape(c) for t in (mean, var, gamma, beta)]
+    xc = x if axis == 1 else x.movedim(axis, 1)
+    y = F.batch_norm(xc, flat[0], flat[1], flat[2], flat[3], False, 0.0, eps)
+    return y if axis == 1 else y.movedim(1, axis)
+
+
 def _normalize_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: NormalizeAttrs = ctx.attrs
     out, ct, eps = ctx.out_types[0].dtype.torch_dtype, compute_dtype(ctx.in_types[0].dtype), a.epsilon
-    axis = _channel_axis(ctx.in_types)
+    axis = channel_axis(ctx.in_types)
     if axis is not None and ctx.in_types[0].dtype.torch_dtype in (torch.float32, torch.float64):
         # per-channel statistics: PyTorch's inference batch norm, one pass over x (the formula below makes four)
         def batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
-            c = x.shape[axis]
-            gamma = affine[0].reshape(c) if a.has_gamma else None
-            beta = affine[-1].reshape(c) if a.has_beta else None
-            xc = x if axis == 1 else x.movedim(axis, 1)
-            y = F.batch_norm(xc, mean.reshape(c), var.reshape(c), gamma, beta, False, 0.0, eps)
-            return y if axis == 1 else y.movedim(1, axis)
+            return inference_batch_norm(x, mean, var, affine[0] if a.has_gamma else None,
+                                        affine[-1] if a.has_beta else None, axis, eps)
 
         return batch_norm
 

@@ -2,8 +2,8 @@
 graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so they have no gradient rule.
 
 * ``conv2d_bias``: a 2-D convolution with its per-channel bias added by the call (oneDNN folds it into the
-  convolution), where the graph had ``conv2d`` and an ``add`` of the bias reshaped to ``(C, 1, 1)``. Only the
-  plain case: NCHW data, OIHW weights, symmetric padding known at compile time (what ``torch.nn.Conv2d`` makes).
+  convolution), where the graph had ``conv2d`` and an ``add`` of the bias reshaped to ``(C, 1, 1)``. conv2d's
+  descriptor, NCHW data and OIHW weights only (what ``torch.nn.Conv2d`` makes); its rule and padding are conv2d's.
 * ``batch_norm_inference``: ``normalize`` with per-channel (C,) statistics and affine parameters, as PyTorch's
   inference batch norm (one pass over x, eager's values), where the graph reshaped each of the four to
   broadcast along the channel axis.
@@ -17,71 +17,49 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
-from ._rules import expect_arity, expect_dtype, same_dtype
+from ._rules import expect_arity, same_dtype
 from .batch_norm import BatchNormTrainingAttrs
 from .batch_norm_grad import check_bn_attrs, check_flags
+from .conv import Conv2dDescriptor, TensorLayout, WeightsLayout, _conv_rule, _memo, _pad_for_torch, _pads
+from .norm import inference_batch_norm
 from .registry import FusionKind, LowerContext, OpDef, attrs
 
 
 @attrs
-class ConvBiasAttrs:
-    strides: tuple[int, int] = (1, 1)
-    padding: tuple[int, int] = (0, 0)  # (y, x), on both sides
-    dilation_rates: tuple[int, int] = (1, 1)
-    groups: int = 1
-    names: tuple[str, ...] = ()  # the graph ops it replaced (introspection only)
+class ConvBiasAttrs(Conv2dDescriptor):
+    """conv2d's descriptor (NCHW data and OIHW weights only) and the ops it replaced."""
+
+    names: tuple[str, ...] = ()  # introspection only
 
 
-def _pairs(a: ConvBiasAttrs) -> None:
-    for field, low in (("strides", 1), ("padding", 0), ("dilation_rates", 1)):
-        v = getattr(a, field)
-        if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(k, int) and not isinstance(k, bool)
-                                                            and k >= low for k in v)):
-            raise AttributeValueError(f"{field} must be two ints >= {low}, got {v!r}")
-    if isinstance(a.groups, bool) or not isinstance(a.groups, int) or a.groups < 1:
-        raise AttributeValueError(f"groups must be an int >= 1, got {a.groups!r}")
+def _check_names(a: Any) -> None:
     if not isinstance(a.names, tuple) or not all(isinstance(n, str) for n in a.names):
         raise AttributeValueError(f"names must be a tuple of str, got {a.names!r}")
 
 
 def _rule(a: ConvBiasAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    _pairs(a)
+    _check_names(a)
+    if a.data_layout is not TensorLayout.NCHW or a.weights_layout is not WeightsLayout.OIHW:
+        raise AttributeValueError(f"computes NCHW data with OIHW weights, got {a.data_layout.value} and "
+                                  f"{a.weights_layout.value}")
     expect_arity(ins, 3)
-    dt = same_dtype(ins)
-    for t in ins:
-        expect_dtype(t, FLOAT_DTYPES)
-    x, w, b = ins
-    if x.rank != 4 or w.rank != 4:
-        raise ShapeError(f"expects NCHW x and OIHW weights of rank 4, got ranks {x.rank} and {w.rank}")
-    c, o = x.shape[1], w.shape[0]
-    if c is not None and w.shape[1] is not None and c != w.shape[1] * a.groups:
-        raise ShapeError(f"x has {c} channels, the weights take {w.shape[1]} x {a.groups} groups")
-    if o is not None and o % a.groups:
-        raise ShapeError(f"{o} output channels do not split into {a.groups} groups")
+    same_dtype(ins)
+    y = _conv_rule(a, ins[:2])
+    b, o = ins[2], y.shape[1]
     if b.rank != 1 or (b.shape[0] is not None and o is not None and b.shape[0] != o):
         raise ShapeError(f"bias must be 1-D of length {o}, got shape {b.shape}")
-    out: list[int | None] = [x.shape[0], o]
-    for k in range(2):
-        size, kernel = x.shape[2 + k], w.shape[2 + k]
-        if size is None or kernel is None:
-            out.append(None)
-            continue
-        reach = a.dilation_rates[k] * (kernel - 1) + 1
-        span = size + 2 * a.padding[k] - reach
-        if span < 0:
-            raise ShapeError(f"the kernel reaches {reach} but the padded input is {size + 2 * a.padding[k]} wide")
-        out.append(span // a.strides[k] + 1)
-    return TensorType(tuple(out), dt)
+    return y
 
 
 def _lower(ctx: LowerContext) -> Callable[..., Any]:
     a: ConvBiasAttrs = ctx.attrs
+    plan = _memo(lambda sizes, kernel: _pads(a, sizes, kernel))
 
     def run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(x, w, b, a.strides, a.padding, a.dilation_rates, a.groups)
+        x, padding = _pad_for_torch(x, plan(tuple(x.shape[2:]), tuple(w.shape[2:])))
+        return F.conv2d(x, w, b, a.strides, padding, a.dilation_rates, a.groups)
 
     return run
 
@@ -100,8 +78,7 @@ class BatchNormInferenceAttrs(BatchNormTrainingAttrs):
 
 def _bn_rule(a: BatchNormInferenceAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     check_flags(has_gamma=a.has_gamma, has_beta=a.has_beta)
-    if not isinstance(a.names, tuple) or not all(isinstance(n, str) for n in a.names):
-        raise AttributeValueError(f"names must be a tuple of str, got {a.names!r}")
+    _check_names(a)
     expect_arity(ins, 3 + a.has_gamma + a.has_beta)
     same_dtype(ins)
     x = ins[0]
@@ -117,11 +94,8 @@ def _bn_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: BatchNormInferenceAttrs = ctx.attrs
 
     def run(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
-        gamma = affine[0] if a.has_gamma else None
-        beta = affine[-1] if a.has_beta else None
-        xc = x if a.axis == 1 else x.movedim(a.axis, 1)
-        y = F.batch_norm(xc, mean, var, gamma, beta, False, 0.0, a.epsilon)
-        return y if a.axis == 1 else y.movedim(1, a.axis)
+        return inference_batch_norm(x, mean, var, affine[0] if a.has_gamma else None,
+                                    affine[-1] if a.has_beta else None, a.axis, a.epsilon)
 
     return run
 

@@ -2,7 +2,7 @@
 CPU): each such op is a pass of its own over memory there. The ops are ``ops/vendor_fused.py``'s.
 
 * ``conv2d -> add(bias placed as (C, 1, 1))`` becomes ``conv2d_bias`` (oneDNN adds the bias inside the
-  convolution). Only the plain convolution: NCHW data, OIHW weights, static shapes, symmetric padding; the bias
+  convolution). NCHW data and OIHW weights (any padding and shapes); the bias
   a rank-1 tensor of the output's channels reshaped (``expand_dims``/``reshape``) to broadcast along dim 1, with
   the conv's dtype. The conv's output must have no other reader and not be an output; the op takes the add's name.
 * ``normalize(x, mean, var, gamma, beta)`` whose statistics and parameters are rank-1 (C,) tensors reshaped to
@@ -20,12 +20,14 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..ir.graph import GraphCore, Operation, Tensor
-from ..ops.conv import CONV2D, TensorLayout, WeightsLayout, _pads
+from ..ops.conv import CONV2D, TensorLayout, WeightsLayout
 from ..ops.elementwise import ADD
-from ..ops.norm import NORMALIZE, _channel_axis
+from ..ops.norm import NORMALIZE, channel_axis
 from ..ops.shape import EXPAND_DIMS, RESHAPE
 from ..ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
 from .dce import dead_code_elimination
@@ -46,20 +48,6 @@ def _in_new_graph(t: Tensor) -> Tensor:
     return t
 
 
-def _fusable(conv: Operation) -> tuple[int, int] | None:
-    """The conv's symmetric (y, x) padding when it is the plain convolution ``conv2d_bias`` computes."""
-    d = conv.attrs
-    x, w = conv.inputs
-    if d.data_layout is not TensorLayout.NCHW or d.weights_layout is not WeightsLayout.OIHW:
-        return None
-    if not (x.type.is_static and w.type.is_static):
-        return None
-    pads = _pads(d, x.shape[2:], w.shape[2:])  # type: ignore[arg-type]
-    if any(before != after for before, after in pads):
-        return None
-    return pads[0][0], pads[1][0]
-
-
 def _readers(program: Program) -> dict[int, list[Operation]]:
     readers: dict[int, list[Operation]] = {}
     for op in program.graph.ops:
@@ -68,8 +56,8 @@ def _readers(program: Program) -> dict[int, list[Operation]]:
     return readers
 
 
-def _conv_bias_plans(program: Program) -> dict[int, tuple[Operation, tuple[int, int]]]:
-    """id(add) -> (its conv, the conv's symmetric padding) for each conv -> add(placed bias) pair."""
+def _conv_bias_plans(program: Program) -> dict[int, Operation]:
+    """id(add) -> its conv, for each NCHW/OIHW conv -> add(placed bias) pair."""
     readers, outputs = _readers(program), {id(t) for t in program.outputs}
     plans = {}
     for op in program.graph.ops:
@@ -77,8 +65,9 @@ def _conv_bias_plans(program: Program) -> dict[int, tuple[Operation, tuple[int, 
             continue
         y = op.outputs[0]
         users = readers.get(id(y), [])
-        padding = _fusable(op)
-        if padding is None or len(users) != 1 or id(y) in outputs or users[0].op is not ADD:
+        d = op.attrs
+        if d.data_layout is not TensorLayout.NCHW or d.weights_layout is not WeightsLayout.OIHW \
+                or len(users) != 1 or id(y) in outputs or users[0].op is not ADD:
             continue
         add = users[0]
         other = add.inputs[1] if add.inputs[0] is y else add.inputs[0]
@@ -87,7 +76,7 @@ def _conv_bias_plans(program: Program) -> dict[int, tuple[Operation, tuple[int, 
         bias = _rank1_source(other, y.shape[1])
         if bias is None or bias.dtype is not y.dtype or add.outputs[0].type != y.type:
             continue
-        plans[id(add)] = (op, padding)
+        plans[id(add)] = op
     return plans
 
 
@@ -96,7 +85,7 @@ def _batch_norm_axis(op: Operation) -> int | None:
     if op.op is not NORMALIZE or op.inputs[0].dtype.torch_dtype not in (torch.float32, torch.float64):
         return None
     x = op.inputs[0]
-    axis = _channel_axis([t.type for t in op.inputs])
+    axis = channel_axis([t.type for t in op.inputs])
     if axis is None or any(_rank1_source(t, x.shape[axis]) is None for t in op.inputs[1:]):
         return None
     return axis
@@ -109,7 +98,7 @@ def fuse_vendor_calls(program: Program) -> Program:
     norm_axes = {id(op): axis for op in program.graph.ops if (axis := _batch_norm_axis(op)) is not None}
     if not conv_plans and not norm_axes:
         return program
-    convs = {id(conv) for conv, _ in conv_plans.values()}
+    convs = {id(conv) for conv in conv_plans.values()}
     mapped: dict[int, list[Tensor]] = {}
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor] | None:
@@ -120,14 +109,13 @@ def fuse_vendor_calls(program: Program) -> Program:
             a = op.attrs
             bn = BatchNormInferenceAttrs(norm_axes[id(op)], float(a.epsilon), a.has_gamma, a.has_beta, (op.name,))
             return g._add_op(BATCH_NORM_INFERENCE, [ins[0], *(_in_new_graph(t) for t in ins[1:])], bn, op.name)
-        plan = conv_plans.get(id(op))
-        if plan is None:
+        conv = conv_plans.get(id(op))
+        if conv is None:
             return None
-        conv, padding = plan
         x, w = mapped[id(conv)]
         bias = _in_new_graph(next(t for t, old in zip(ins, op.inputs, strict=True) if old is not conv.outputs[0]))
-        d = conv.attrs
-        attrs = ConvBiasAttrs(d.strides, padding, d.dilation_rates, d.groups, (conv.name, op.name))
+        fields = {f.name: getattr(conv.attrs, f.name) for f in dataclasses.fields(conv.attrs)}
+        attrs = ConvBiasAttrs(**fields, names=(conv.name, op.name))
         return g._add_op(CONV2D_BIAS, [x, w, bias], attrs, op.name)
 
     return dead_code_elimination(rewrite(program, fn))  # the reshapes of biases and statistics are left unread

@@ -68,8 +68,8 @@ def exact_div(a: str, b: str, compute: str) -> str:
     """``a / b`` rounded as IEEE division, as PyTorch's: Triton's ``/`` on float32 is ``div.full.f32`` (up to 2
     ulp off; float64's is exact already). ``compute``: the operands' Triton type; ``b`` may be an integer count
     (``div_rn`` takes float32 only: ``* 1.0`` converts it). A literal numerator keeps ``/``: ``tl.div_rn(1.0,
-    tl.sqrt_rn(v))`` as batch norm's scale gave ResNet-18 float32 gradients ~500x eager's error on the H200
-    (Triton 3.6), not yet understood."""
+    tl.sqrt_rn(v))`` as batch norm's scale gave ResNet-18 float32 gradients 400-730x eager's error on the H200
+    (Triton 3.6; RESULTS.md, ninth session), not yet understood."""
     if compute == "tl.float64" or _NUMBER.fullmatch(a):
         return f"{a} / {b}"
     return f"tl.div_rn({a}, ({b}) * 1.0)"
