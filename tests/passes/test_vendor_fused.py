@@ -1,6 +1,6 @@
 """passes/vendor_fused.py where no regions form (the CPU), with the unfused graph's values: conv2d -> add(bias
 placed as (C, 1, 1)) becomes conv2d_bias (anything else keeps its two ops), a normalize of reshaped per-channel
-statistics batch_norm_inference."""
+statistics batch_norm_inference, a max pooling whose indices go unread one without them."""
 
 from __future__ import annotations
 
@@ -137,3 +137,36 @@ def test_a_torch_batch_norm_in_eval_is_one_call_on_the_cpu() -> None:
     kernels = [k.op for k in report.graphs[0].kernels]
     assert kernels.count("batch_norm_inference") == 1 and "reshape" not in kernels, kernels
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+
+
+# ---- max pooling whose indices nothing reads -> max pooling without them ---------------------------------------
+POOL = og.Pooling2dDescriptor(kernel_width=2, kernel_height=2, stride_in_x=2, stride_in_y=2,
+                              return_indices_mode=og.PoolingReturnIndicesMode.GLOBAL_FLATTEN_2D)
+
+
+@pytest.mark.parametrize("read", ["values-only", "indices-read", "indices-returned"])
+def test_a_pooling_whose_indices_go_unread_computes_none(read: str) -> None:
+    g = og.Graph()
+    x = g.placeholder((2, 3, 6, 6), og.float32)
+    values, indices = g.max_pool2d_return_indices(x, POOL)
+    outs = {"values-only": lambda: [g.relu(values)],
+            "indices-read": lambda: [g.add(values, g.cast(indices, og.float32))],
+            "indices-returned": lambda: [values, indices]}[read]()
+    ops = _ops(fuse_vendor_calls(Program(g, [x], outs, [])))
+    if read == "values-only":
+        assert ops == ["max_pool2d", "relu"], ops
+    else:
+        assert "max_pool2d_return_indices" in ops and "max_pool2d" not in ops, ops
+
+
+def test_a_torch_max_pool_in_eval_computes_no_indices_on_the_cpu() -> None:
+    """PyTorch's decompositions make every max pooling one with indices; inference drops them, and so do we."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(3, 2, padding=1), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 3, 9, 9)
+    x[0, 0, 2, 2] = float("nan")  # a NaN window stays NaN without indices too
+    with torch.inference_mode():
+        report = og.torch.explain(model, x)
+        got = torch.compile(model, backend="opgraph")(x)
+    kernels = [k.op for k in report.graphs[0].kernels]
+    assert "max_pool2d" in kernels and "max_pool2d_return_indices" not in kernels, kernels
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5, equal_nan=True)

@@ -158,13 +158,13 @@ def channel_axis(ins: Sequence[TensorType]) -> int | None:
 
 
 def inference_batch_norm(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, gamma: torch.Tensor | None,
-                         beta: torch.Tensor | None, axis: int, eps: float) -> torch.Tensor:
+                         beta: torch.Tensor | None, axis: int, eps: float, flat: bool = False) -> torch.Tensor:
     """PyTorch's inference batch norm along ``axis`` (one pass over x, eager's values); per-channel tensors of
-    any shape holding C values."""
+    any shape holding C values (``flat``: all of shape (C,) already, which saves a reshape call each)."""
     c = x.shape[axis]
-    flat = [None if t is None else t.reshape(c) for t in (mean, var, gamma, beta)]
+    ps = [mean, var, gamma, beta] if flat else [None if t is None else t.reshape(c) for t in (mean, var, gamma, beta)]
     xc = x if axis == 1 else x.movedim(axis, 1)
-    y = F.batch_norm(xc, flat[0], flat[1], flat[2], flat[3], False, 0.0, eps)
+    y = F.batch_norm(xc, ps[0], ps[1], ps[2], ps[3], False, 0.0, eps)
     return y if axis == 1 else y.movedim(1, axis)
 
 
@@ -250,11 +250,20 @@ def _layer_norm_lower(ctx: LowerContext) -> Callable[..., Any]:
     k = len(axes)
 
     if _trailing(axes, rank):
+        # casts and broadcasts decided here where the types allow: on the CPU each is a call per run
+        normalised = x_t.shape[rank - k:]
+        affine_types = ctx.in_types[1:]
+        as_is = all(t.dtype.torch_dtype == ct and t.shape == normalised and None not in normalised
+                    for t in affine_types)
+        cast = out != ct
+
         def fused(x: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
             ns = x.shape[rank - k:]
-            rest = [p.to(ct).expand(ns) for p in affine]
+            rest = list(affine) if as_is else [p.to(ct).expand(ns) for p in affine]
             w = rest.pop(0) if a.has_gamma else None
             b = rest.pop(0) if a.has_beta else None
+            if not cast:
+                return F.layer_norm(x, ns, w, b, eps)
             return F.layer_norm(x.to(ct), ns, w, b, eps).to(out)
 
         return fused

@@ -95,7 +95,7 @@ def _bn_lower(ctx: LowerContext) -> Callable[..., Any]:
 
     def run(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, *affine: torch.Tensor) -> torch.Tensor:
         return inference_batch_norm(x, mean, var, affine[0] if a.has_gamma else None,
-                                    affine[-1] if a.has_beta else None, a.axis, a.epsilon)
+                                    affine[-1] if a.has_beta else None, a.axis, a.epsilon, flat=True)
 
     return run
 

@@ -26,7 +26,7 @@ class _Drop:
 
 
 DROP = _Drop()
-RewriteFn = Callable[[Operation, list[Tensor], GraphCore], "Operation | Sequence[Tensor] | _Drop | None"]
+RewriteFn = Callable[[Operation, list[Tensor], GraphCore], "Operation | Sequence[Tensor | None] | _Drop | None"]
 
 
 def copy_op(g: GraphCore, op: Operation, ins: Sequence[Tensor]) -> Operation:
@@ -38,7 +38,7 @@ def copy_op(g: GraphCore, op: Operation, ins: Sequence[Tensor]) -> Operation:
 def rewrite(program: Program, fn: RewriteFn) -> Program:
     """Walk ``program``'s ops in order; ``fn`` returns None to copy the op (with rewritten inputs),
     ``DROP`` to leave it out, the op that replaces it, or the tensors that replace its outputs
-    (built into the new graph)."""
+    (built into the new graph; None for an output that nothing reads, which must not be an output)."""
     new = GraphCore()
     mapping: dict[int, Tensor] = {}
     op_map: dict[int, Operation] = {}
@@ -57,6 +57,7 @@ def rewrite(program: Program, fn: RewriteFn) -> Program:
             op_map[id(op)] = result
             result = result.outputs
         for old, rep in zip(op.outputs, result, strict=True):
-            mapping[id(old)] = rep
+            if rep is not None:
+                mapping[id(old)] = rep
     return Program(new, [mapping[id(t)] for t in program.inputs], [mapping[id(t)] for t in program.outputs],
                    [op_map[id(o)] for o in program.effects])

@@ -8,6 +8,9 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
 * ``normalize(x, mean, var, gamma, beta)`` whose statistics and parameters are rank-1 (C,) tensors reshaped to
   broadcast along one axis of x, all in x's dtype (float32 or float64), becomes ``batch_norm_inference`` of the
   rank-1 tensors: the four reshapes go, and PyTorch's inference batch norm makes one pass over x.
+* ``max_pool{2,4}d_return_indices`` whose indices nothing reads (inference: PyTorch's decompositions turn every
+  max pooling into the one with indices) becomes ``max_pool{2,4}d`` with the same descriptor: the same values,
+  without computing and writing the indices.
 
 >>> import opgraph as og, torch
 >>> from opgraph.passes.program import Program
@@ -21,6 +24,7 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 
@@ -28,6 +32,8 @@ from ..ir.graph import GraphCore, Operation, Tensor
 from ..ops.conv import CONV2D, TensorLayout, WeightsLayout
 from ..ops.elementwise import ADD
 from ..ops.norm import NORMALIZE, channel_axis
+from ..ops.pooling import MAX_POOL2D, MAX_POOL4D
+from ..ops.pooling_indices import MAX_POOL2D_RETURN_INDICES, MAX_POOL4D_RETURN_INDICES
 from ..ops.shape import EXPAND_DIMS, RESHAPE
 from ..ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
 from .dce import dead_code_elimination
@@ -91,17 +97,31 @@ def _batch_norm_axis(op: Operation) -> int | None:
     return axis
 
 
+_WITHOUT_INDICES = {MAX_POOL2D_RETURN_INDICES: MAX_POOL2D, MAX_POOL4D_RETURN_INDICES: MAX_POOL4D}
+
+
+def _pools_without_indices(program: Program) -> set[int]:
+    """ids of the max poolings with indices whose indices nothing reads."""
+    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    return {id(op) for op in program.graph.ops if op.op in _WITHOUT_INDICES
+            and not readers.get(id(op.outputs[1])) and id(op.outputs[1]) not in outputs}
+
+
 def fuse_vendor_calls(program: Program) -> Program:
-    """Replace conv2d -> add(placed bias) pairs by ``conv2d_bias`` and per-channel ``normalize`` ops by
-    ``batch_norm_inference``; the reshapes left unread go."""
+    """Replace conv2d -> add(placed bias) pairs by ``conv2d_bias``, per-channel ``normalize`` ops by
+    ``batch_norm_inference`` and max poolings whose indices go unread by poolings without them; the reshapes left
+    unread go."""
     conv_plans = _conv_bias_plans(program)
     norm_axes = {id(op): axis for op in program.graph.ops if (axis := _batch_norm_axis(op)) is not None}
-    if not conv_plans and not norm_axes:
+    pools = _pools_without_indices(program)
+    if not conv_plans and not norm_axes and not pools:
         return program
     convs = {id(conv) for conv in conv_plans.values()}
     mapped: dict[int, list[Tensor]] = {}
 
-    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor] | None:
+    def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor | None] | None:
+        if id(op) in pools:
+            return [g._add_op(_WITHOUT_INDICES[op.op], ins, op.attrs, op.name).outputs[0], None]
         if id(op) in convs:
             mapped[id(op)] = ins
             return ins[:1]  # a stand-in until the add: nothing else reads the conv's output
