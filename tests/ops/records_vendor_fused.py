@@ -1,6 +1,6 @@
 """Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
 conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
-input, contracted per group); batch_norm_inference's the formula in float64."""
+input, contracted per group); batch_norm_inference's the formula in float64; threshold_gradient's ``np.where``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import numpy as np
 import torch
 
 import opgraph as og
-from opgraph.ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
+from opgraph.ops.vendor_fused import (
+    BATCH_NORM_INFERENCE,
+    CONV2D_BIAS,
+    THRESHOLD_GRADIENT,
+    BatchNormInferenceAttrs,
+    ConvBiasAttrs,
+    ThresholdGradientAttrs,
+)
 
 from .opinfo import ErrorCase, OpInfo, Sample, rand
 
@@ -130,9 +137,45 @@ BN_ERRORS = [
               og.ShapeError, "expects 4 inputs", "arity"),
 ]
 
+def _threshold_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(THRESHOLD_GRADIENT, [grad, x], ThresholdGradientAttrs(**kw))
+
+
+def np_threshold_gradient(grad: np.ndarray, x: np.ndarray, threshold: float = 0.0, **_: Any) -> np.ndarray:
+    return np.where(x <= threshold, 0.0, grad)  # a NaN x compares False: its gradient passes
+
+
+def _threshold_samples(rng: np.random.Generator) -> list[Sample]:
+    x = rand(rng, (4, 6))
+    x[0, :3] = [0.0, np.nan, -0.0]  # at the threshold, NaN, negative zero
+    grad = rand(rng, (4, 6))
+    grad[1, 1] = np.nan  # masked or passed, as x says
+    x[1, 1] = -1.0
+    return [
+        Sample([grad, x], {}, "f32-relu"),
+        Sample([rand(rng, (2, 3, 5), np.float64), rand(rng, (2, 3, 5), np.float64)], {"threshold": 0.25}, "f64-0.25"),
+        Sample([rand(rng, (3, 8), np.float16), rand(rng, (3, 8), np.float16)], {"threshold": -0.5}, "f16"),
+        Sample([rand(rng, (0, 3)), rand(rng, (0, 3))], {}, "empty"),
+    ]
+
+
+THRESHOLD_ERRORS = [
+    ErrorCase(lambda g: _threshold_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError, "one shape", "shapes"),
+    ErrorCase(lambda g: _threshold_build(g, _ph(g, (2, 3)), _ph(g, (2, 3), og.float64)), og.DTypeError,
+              "one dtype", "mixed-dtypes"),
+    ErrorCase(lambda g: _threshold_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32)), og.DTypeError, "int32",
+              "integer"),
+    ErrorCase(lambda g: _threshold_build(g, _ph(g, (2,)), _ph(g, (2,)), threshold="0"), og.AttributeValueError,
+              "threshold must be a number", "threshold"),
+    ErrorCase(lambda g: g._apply(THRESHOLD_GRADIENT, [_ph(g, (2,))], ThresholdGradientAttrs()), og.ShapeError,
+              "expects 2 inputs", "arity"),
+]
+
 RECORDS = [
     OpInfo("batch_norm_inference", (BATCH_NORM_INFERENCE,), _bn_build, _bn_samples, np_batch_norm, errors=BN_ERRORS,
            tol={torch.float32: (1e-5, 1e-5)}),
     OpInfo("conv2d_bias", (CONV2D_BIAS,), _build, _samples, np_conv_bias, errors=ERRORS,
            tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),  # cuDNN's TF32
+    OpInfo("threshold_gradient", (THRESHOLD_GRADIENT,), _threshold_build, _threshold_samples, np_threshold_gradient,
+           errors=THRESHOLD_ERRORS),
 ]

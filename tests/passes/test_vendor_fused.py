@@ -4,6 +4,8 @@ statistics batch_norm_inference, a max pooling whose indices go unread one witho
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -170,3 +172,39 @@ def test_a_torch_max_pool_in_eval_computes_no_indices_on_the_cpu() -> None:
     kernels = [k.op for k in report.graphs[0].kernels]
     assert "max_pool2d" in kernels and "max_pool2d_return_indices" not in kernels, kernels
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+# ---- select(less_equal(x, t), 0, g) -> threshold_gradient -----------------------------------------------------
+@pytest.mark.parametrize("case", ["relu-gradient", "mask-read-twice", "not-zero", "threshold-not-constant"])
+def test_a_masked_gradient_becomes_one_threshold_gradient(case: str) -> None:
+    g = og.Graph()
+    x, grad, t = g.placeholder((2, 5)), g.placeholder((2, 5)), g.placeholder(())
+    mask = g.less_equal(x, t if case == "threshold-not-constant" else g.constant(0.0))
+    fill = g.constant(1.0 if case == "not-zero" else 0.0)
+    outs = [g.select(mask, fill, grad, name="dx")]
+    if case == "mask-read-twice":
+        outs.append(g.cast(mask, og.float32))
+    fused = fuse_vendor_calls(Program(g, [x, grad, t], outs, []))
+    ops = _ops(fused)
+    if case == "relu-gradient":
+        assert ops == ["threshold_gradient"], ops
+        assert fused.graph.ops[-1].name == "dx"
+    else:
+        assert "threshold_gradient" not in ops, ops
+
+
+def test_a_relu_network_trains_through_threshold_gradients_on_the_cpu() -> None:
+    """The backward graph of a ReLU network (PyTorch's decompositions: less_equal + select) runs
+    threshold_backward, with eager's gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    twin = copy.deepcopy(model)
+    x = torch.randn(5, 6)
+    x[0, 0] = float("nan")  # a NaN passes the gradient through the mask, as eager's threshold_backward does
+    with og.torch.recording() as reports:
+        torch.compile(model, backend="opgraph")(x).nansum().backward()
+    twin(x).nansum().backward()
+    kernels = [k.op for r in reports if r.kind == "backward" for k in r.executable.kernels()]
+    assert "threshold_gradient" in kernels and "select" not in kernels, kernels
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -7,6 +7,9 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
 * ``batch_norm_inference``: ``normalize`` with per-channel (C,) statistics and affine parameters, as PyTorch's
   inference batch norm (one pass over x, eager's values), where the graph reshaped each of the four to
   broadcast along the channel axis.
+* ``threshold_gradient``: ``select(less_equal(x, threshold), 0, g)``, ReLU's gradient as PyTorch's
+  decompositions spell ``threshold_backward`` (one pass, where ``less_equal`` and ``select`` make two and the CPU's
+  ``torch.where`` is several times slower than a copy). A NaN x passes g, as ``less_equal`` does.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
-from ._rules import expect_arity, same_dtype
+from ._rules import expect_arity, expect_dtype, same_dtype
 from .batch_norm import BatchNormTrainingAttrs
 from .batch_norm_grad import check_bn_attrs, check_flags
 from .conv import Conv2dDescriptor, TensorLayout, WeightsLayout, _conv_rule, _memo, _pad_for_torch, _pads
@@ -105,4 +109,36 @@ BATCH_NORM_INFERENCE = OpDef("batch_norm_inference", infer=_bn_rule, lower=_bn_l
                              doc="(x - mean) / sqrt(var + epsilon) * gamma + beta with (C,) statistics along "
                                  "axis, as PyTorch's inference batch norm; made by the compiler")
 
-__all__ = ["BATCH_NORM_INFERENCE", "CONV2D_BIAS", "BatchNormInferenceAttrs", "ConvBiasAttrs"]
+# ---- threshold_gradient --------------------------------------------------------------------------------------
+@attrs
+class ThresholdGradientAttrs:
+    threshold: float = 0.0
+    names: tuple[str, ...] = ()  # the graph ops it replaced (introspection only)
+
+
+def _threshold_rule(a: ThresholdGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    _check_names(a)
+    if isinstance(a.threshold, bool) or not isinstance(a.threshold, (int, float)):
+        raise AttributeValueError(f"threshold must be a number, got {a.threshold!r}")
+    expect_arity(ins, 2)
+    same_dtype(ins)
+    for t in ins:
+        expect_dtype(t, FLOAT_DTYPES)
+    g, x = ins
+    if g.rank != x.rank or any(a is not None and b is not None and a != b for a, b in zip(g.shape, x.shape,
+                                                                                         strict=True)):
+        raise ShapeError(f"the gradient and x must have one shape, got {g.shape} and {x.shape}")
+    return g
+
+
+def _threshold_lower(ctx: LowerContext) -> Callable[..., Any]:
+    threshold = float(ctx.attrs.threshold)
+    return lambda g, x: torch.ops.aten.threshold_backward(g, x, threshold)
+
+
+THRESHOLD_GRADIENT = OpDef("threshold_gradient", infer=_threshold_rule, lower=_threshold_lower,
+                           attrs=ThresholdGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                           doc="0 where x <= threshold, else g (ReLU's gradient as one call); made by the compiler")
+
+__all__ = ["BATCH_NORM_INFERENCE", "CONV2D_BIAS", "THRESHOLD_GRADIENT", "BatchNormInferenceAttrs", "ConvBiasAttrs",
+           "ThresholdGradientAttrs"]

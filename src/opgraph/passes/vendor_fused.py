@@ -11,6 +11,8 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
 * ``max_pool{2,4}d_return_indices`` whose indices nothing reads (inference: PyTorch's decompositions turn every
   max pooling into the one with indices) becomes ``max_pool{2,4}d`` with the same descriptor: the same values,
   without computing and writing the indices.
+* ``select(less_equal(x, t), 0, g)`` with a scalar constant ``t`` and ``0`` (ReLU's gradient as PyTorch's
+  decompositions spell it) becomes ``threshold_gradient``: PyTorch's ``threshold_backward``, one pass.
 
 >>> import opgraph as og, torch
 >>> from opgraph.passes.program import Program
@@ -29,13 +31,21 @@ from collections.abc import Sequence
 import torch
 
 from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.sources import CONSTANT
 from ..ops.conv import CONV2D, TensorLayout, WeightsLayout
-from ..ops.elementwise import ADD
+from ..ops.elementwise import ADD, LESS_EQUAL, SELECT
 from ..ops.norm import NORMALIZE, channel_axis
 from ..ops.pooling import MAX_POOL2D, MAX_POOL4D
 from ..ops.pooling_indices import MAX_POOL2D_RETURN_INDICES, MAX_POOL4D_RETURN_INDICES
 from ..ops.shape import EXPAND_DIMS, RESHAPE
-from ..ops.vendor_fused import BATCH_NORM_INFERENCE, CONV2D_BIAS, BatchNormInferenceAttrs, ConvBiasAttrs
+from ..ops.vendor_fused import (
+    BATCH_NORM_INFERENCE,
+    CONV2D_BIAS,
+    THRESHOLD_GRADIENT,
+    BatchNormInferenceAttrs,
+    ConvBiasAttrs,
+    ThresholdGradientAttrs,
+)
 from .dce import dead_code_elimination
 from .program import Program, rewrite
 
@@ -107,19 +117,57 @@ def _pools_without_indices(program: Program) -> set[int]:
             and not readers.get(id(op.outputs[1])) and id(op.outputs[1]) not in outputs}
 
 
+def _scalar_constant(t: Tensor) -> float | None:
+    """The value of a constant holding one number, else None."""
+    payload = t.op.payload if t.op.op is CONSTANT else None
+    if not isinstance(payload, torch.Tensor) or payload.numel() != 1 or not payload.is_floating_point():
+        return None
+    return float(payload.reshape(()).item())
+
+
+def _threshold_plans(program: Program) -> dict[int, tuple[Tensor, float]]:
+    """id(select) -> (x, threshold) for each ``select(less_equal(x, t), 0, g)`` whose mask only it reads, with x, g
+    and the result of one type."""
+    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    plans = {}
+    for op in program.graph.ops:
+        if op.op is not SELECT:
+            continue
+        mask, zero, g = op.inputs
+        if mask.op.op is not LESS_EQUAL or len(readers.get(id(mask), [])) != 1 or id(mask) in outputs:
+            continue
+        x, t = mask.op.inputs
+        threshold = _scalar_constant(t) if t.rank == 0 else None
+        if threshold is None or _scalar_constant(zero) != 0.0 or not x.type == g.type == op.outputs[0].type:
+            continue
+        plans[id(op)] = (x, threshold)
+    return plans
+
+
 def fuse_vendor_calls(program: Program) -> Program:
     """Replace conv2d -> add(placed bias) pairs by ``conv2d_bias``, per-channel ``normalize`` ops by
-    ``batch_norm_inference`` and max poolings whose indices go unread by poolings without them; the reshapes left
-    unread go."""
+    ``batch_norm_inference``, max poolings whose indices go unread by poolings without them and ReLU's masked
+    gradients by ``threshold_gradient``; the reshapes and masks left unread go."""
     conv_plans = _conv_bias_plans(program)
     norm_axes = {id(op): axis for op in program.graph.ops if (axis := _batch_norm_axis(op)) is not None}
     pools = _pools_without_indices(program)
-    if not conv_plans and not norm_axes and not pools:
+    thresholds = _threshold_plans(program)
+    if not conv_plans and not norm_axes and not pools and not thresholds:
         return program
+    masks = {id(op.inputs[0].op) for op in program.graph.ops if id(op) in thresholds}
+    new_x: dict[int, Tensor] = {}  # id(old x) -> x in the new graph, seen where its less_equal is copied (then dead)
     convs = {id(conv) for conv in conv_plans.values()}
     mapped: dict[int, list[Tensor]] = {}
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor | None] | None:
+        if id(op) in masks:
+            new_x[id(op.inputs[0])] = ins[0]
+            return None
+        if id(op) in thresholds:
+            x, threshold = thresholds[id(op)]
+            names = (op.inputs[0].op.name, op.name)
+            return g._add_op(THRESHOLD_GRADIENT, [ins[2], new_x[id(x)]], ThresholdGradientAttrs(threshold, names),
+                             op.name)
         if id(op) in pools:
             return [g._add_op(_WITHOUT_INDICES[op.op], ins, op.attrs, op.name).outputs[0], None]
         if id(op) in convs:
@@ -138,7 +186,7 @@ def fuse_vendor_calls(program: Program) -> Program:
         attrs = ConvBiasAttrs(**fields, names=(conv.name, op.name))
         return g._add_op(CONV2D_BIAS, [x, w, bias], attrs, op.name)
 
-    return dead_code_elimination(rewrite(program, fn))  # the reshapes of biases and statistics are left unread
+    return dead_code_elimination(rewrite(program, fn))  # reshapes of biases and statistics, masks: left unread
 
 
 __all__ = ["fuse_vendor_calls"]
