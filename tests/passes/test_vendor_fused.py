@@ -175,12 +175,13 @@ def test_a_torch_max_pool_in_eval_computes_no_indices_on_the_cpu() -> None:
 
 
 # ---- select(less_equal(x, t), 0, g) -> threshold_gradient -----------------------------------------------------
-@pytest.mark.parametrize("case", ["relu-gradient", "mask-read-twice", "not-zero", "threshold-not-constant"])
+@pytest.mark.parametrize("case", ["relu-gradient", "mask-read-twice", "not-zero", "negative-zero",
+                                  "threshold-not-constant"])
 def test_a_masked_gradient_becomes_one_threshold_gradient(case: str) -> None:
     g = og.Graph()
     x, grad, t = g.placeholder((2, 5)), g.placeholder((2, 5)), g.placeholder(())
     mask = g.less_equal(x, t if case == "threshold-not-constant" else g.constant(0.0))
-    fill = g.constant(1.0 if case == "not-zero" else 0.0)
+    fill = g.constant({"not-zero": 1.0, "negative-zero": -0.0}.get(case, 0.0))
     outs = [g.select(mask, fill, grad, name="dx")]
     if case == "mask-read-twice":
         outs.append(g.cast(mask, og.float32))

@@ -125,7 +125,7 @@ def _threshold_rule(a: ThresholdGradientAttrs, ins: tuple[TensorType, ...]) -> T
     for t in ins:
         expect_dtype(t, FLOAT_DTYPES)
     g, x = ins
-    if g.rank != x.rank or any(a is not None and b is not None and a != b for a, b in zip(g.shape, x.shape,
+    if g.rank != x.rank or any(m is not None and n is not None and m != n for m, n in zip(g.shape, x.shape,
                                                                                          strict=True)):
         raise ShapeError(f"the gradient and x must have one shape, got {g.shape} and {x.shape}")
     return g

@@ -26,6 +26,7 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import torch
@@ -138,7 +139,10 @@ def _threshold_plans(program: Program) -> dict[int, tuple[Tensor, float]]:
             continue
         x, t = mask.op.inputs
         threshold = _scalar_constant(t) if t.rank == 0 else None
-        if threshold is None or _scalar_constant(zero) != 0.0 or not x.type == g.type == op.outputs[0].type:
+        fill = _scalar_constant(zero)
+        # +0.0 only: threshold_backward writes +0.0, and a -0.0 fill would differ in the sign of zero
+        if threshold is None or fill != 0.0 or math.copysign(1.0, fill) < 0 or \
+                not x.type == g.type == op.outputs[0].type:
             continue
         plans[id(op)] = (x, threshold)
     return plans
