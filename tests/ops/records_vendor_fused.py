@@ -1,6 +1,7 @@
 """Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
 conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
-input, contracted per group); batch_norm_inference's the formula in float64; threshold_gradient's ``np.where``."""
+input, contracted per group), conv2d_gradients' the same windows contracted with the incoming gradient;
+batch_norm_inference's the formula in float64; threshold_gradient's ``np.where``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import opgraph as og
 from opgraph.ops.vendor_fused import (
     BATCH_NORM_INFERENCE,
     CONV2D_BIAS,
+    CONV2D_GRADIENTS,
     THRESHOLD_GRADIENT,
     BatchNormInferenceAttrs,
     ConvBiasAttrs,
+    ConvGradientsAttrs,
     ThresholdGradientAttrs,
 )
 
@@ -137,6 +140,68 @@ BN_ERRORS = [
               og.ShapeError, "expects 4 inputs", "arity"),
 ]
 
+def _gradients_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, w: og.Tensor, **kw: Any) -> list[og.Tensor]:
+    return g._apply_multi(CONV2D_GRADIENTS, [grad, x, w], ConvGradientsAttrs(**kw))
+
+
+def np_conv_gradients(grad: np.ndarray, x: np.ndarray, w: np.ndarray, strides: tuple[int, int] = (1, 1),
+                      dilation_rates: tuple[int, int] = (1, 1), padding_top: int = 0, padding_bottom: int = 0,
+                      padding_left: int = 0, padding_right: int = 0, groups: int = 1) -> list[np.ndarray]:
+    """(dx, dw) of y = conv2d(x, w): each kernel tap's strided window of the padded source, against the gradient."""
+    grad, x, w = (v.astype(np.float64) for v in (grad, x, w))
+    (_, _, h, wd), (o, cg, kh, kw) = x.shape, w.shape
+    (sh, sw), (dh, dw_) = strides, dilation_rates
+    xp = np.pad(x, ((0, 0), (0, 0), (padding_top, padding_bottom), (padding_left, padding_right)))
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    oh, ow = grad.shape[2:]
+    per = o // groups
+    for gi in range(groups):
+        cs, os_ = slice(gi * cg, (gi + 1) * cg), slice(gi * per, (gi + 1) * per)
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+                cols = slice(j * dw_, j * dw_ + sw * (ow - 1) + 1, sw)
+                dw[os_, :, i, j] = np.einsum("nohw,nchw->oc", grad[:, os_], xp[:, cs, rows, cols])
+                dxp[:, cs, rows, cols] += np.einsum("nohw,oc->nchw", grad[:, os_], w[os_, :, i, j])
+    return [dxp[:, :, padding_top:padding_top + h, padding_left:padding_left + wd], dw]
+
+
+def _gradients_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(x: tuple[int, ...], w: tuple[int, ...], dt: Any, desc: str, **kw: Any) -> Sample:
+        a = ConvGradientsAttrs(**kw)
+        y = np.zeros(tuple(_conv_shape(x, w, a)))
+        return Sample([rand(rng, y.shape, dt), rand(rng, x, dt), rand(rng, w, dt)], kw, desc)
+
+    pad1 = dict(padding_top=1, padding_bottom=1, padding_left=1, padding_right=1)
+    return [
+        s((2, 3, 6, 5), (4, 3, 3, 3), np.float32, "f32-3x3-pad1", **pad1),
+        s((1, 4, 9, 8), (6, 4, 3, 2), np.float64, "f64-stride2-dilation2", strides=(2, 2), dilation_rates=(2, 1)),
+        s((2, 4, 5, 5), (6, 2, 3, 3), np.float64, "f64-groups2-asymmetric-pad", padding_top=0, padding_bottom=1,
+          padding_left=2, padding_right=1, groups=2),
+        s((3, 2, 4, 4), (5, 2, 1, 1), np.float32, "f32-1x1"),
+    ]
+
+
+def _conv_shape(x: tuple[int, ...], w: tuple[int, ...], a: Any) -> list[int]:
+    out = [x[0], w[0]]
+    for k, (size, kernel) in enumerate(zip(x[2:], w[2:], strict=True)):
+        before, after = a.padding_pairs[k]
+        span = a.dilation_rates[k] * (kernel - 1) + 1
+        out.append((size + before + after - span) // a.strides[k] + 1)
+    return out
+
+
+GRADIENTS_ERRORS = [
+    ErrorCase(lambda g: _gradients_build(g, _ph(g, (1, 2, 4, 4)), _ph(g, (1, 4, 5, 5)), _ph(g, (2, 4, 3, 3))),
+              og.ShapeError, "the convolution's shape", "gradient-shape"),
+    ErrorCase(lambda g: _gradients_build(g, _ph(g, (1, 2, 3, 3)), _ph(g, (1, 4, 5, 5)), _ph(g, (2, 4, 3, 3)),
+                                         data_layout=og.TensorLayout.NHWC), og.AttributeValueError,
+              "computes NCHW data", "nhwc"),
+    ErrorCase(lambda g: _gradients_build(g, _ph(g, (1, 2, 3, 3), og.float64), _ph(g, (1, 4, 5, 5)),
+                                         _ph(g, (2, 4, 3, 3))), og.DTypeError, "one dtype", "mixed-dtypes"),
+]
+
+
 def _threshold_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
     return g._apply(THRESHOLD_GRADIENT, [grad, x], ThresholdGradientAttrs(**kw))
 
@@ -176,6 +241,8 @@ RECORDS = [
            tol={torch.float32: (1e-5, 1e-5)}),
     OpInfo("conv2d_bias", (CONV2D_BIAS,), _build, _samples, np_conv_bias, errors=ERRORS,
            tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),  # cuDNN's TF32
+    OpInfo("conv2d_gradients", (CONV2D_GRADIENTS,), _gradients_build, _gradients_samples, np_conv_gradients,
+           errors=GRADIENTS_ERRORS, tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),
     OpInfo("threshold_gradient", (THRESHOLD_GRADIENT,), _threshold_build, _threshold_samples, np_threshold_gradient,
            errors=THRESHOLD_ERRORS),
 ]

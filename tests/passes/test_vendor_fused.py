@@ -209,3 +209,36 @@ def test_a_relu_network_trains_through_threshold_gradients_on_the_cpu() -> None:
     assert "threshold_gradient" in kernels and "select" not in kernels, kernels
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+# ---- a convolution's data and weights gradients -> conv2d_gradients ------------------------------------------
+@pytest.mark.parametrize("padding", ["symmetric", "tf-same-asymmetric", "strided-groups"])
+def test_a_convolutions_two_gradients_are_one_call(padding: str) -> None:
+    desc = {"symmetric": PAD1, "tf-same-asymmetric": D(padding_style=og.PaddingStyle.TF_SAME),
+            "strided-groups": D(strides=(2, 2), groups=2, **{f: 1 for f in ("padding_left", "padding_top")})}[padding]
+    w_shape = {"symmetric": (3, 2, 3, 3), "tf-same-asymmetric": (3, 2, 2, 2), "strided-groups": (4, 1, 3, 3)}[padding]
+    g = og.Graph()
+    x, w = g.placeholder((2, 2, 7, 6)), g.placeholder(w_shape)
+    y = g.conv2d(x, w, desc)
+    loss = g.reduce_sum(y * y, [0, 1, 2, 3])
+    grads = g.gradients(loss, [x, w])
+    outs = [grads[x], grads[w]]
+    types = {x: x.type, w: w.type}
+    fused = g.compile(types, outs, device="cpu")
+    plain = g.compile(types, outs, device="cpu", descriptor=og.CompilationDescriptor(fusion=False))
+    kernels = [k.op for k in fused.kernels()]
+    assert "conv2d_gradients" in kernels and "conv2d_data_gradient" not in kernels, kernels
+    gen = torch.Generator().manual_seed(2)
+    vals = [torch.randn(2, 2, 7, 6, generator=gen), torch.randn(*w_shape, generator=gen)]
+    for got, want in zip(fused.run(vals), plain.run(vals), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_weights_gradient_alone_stays_itself() -> None:
+    """The first convolution of a network has no data gradient to pair with."""
+    g = og.Graph()
+    x, w = g.placeholder((1, 2, 5, 5)), g.placeholder((3, 2, 3, 3))
+    loss = g.reduce_sum(g.conv2d(x, w, PAD1), [0, 1, 2, 3])
+    dw = g.gradients(loss, [w])[w]
+    ops = _ops(fuse_vendor_calls(Program(g, [x, w], [dw], [])))
+    assert "conv2d_weights_gradient" in ops and "conv2d_gradients" not in ops, ops

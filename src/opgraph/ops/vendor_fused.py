@@ -7,6 +7,10 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
 * ``batch_norm_inference``: ``normalize`` with per-channel (C,) statistics and affine parameters, as PyTorch's
   inference batch norm (one pass over x, eager's values), where the graph reshaped each of the four to
   broadcast along the channel axis.
+* ``conv2d_gradients``: a 2-D convolution's data and weights gradients from one ``convolution_backward`` call
+  (oneDNN's backward for both), where the graph has ``conv2d_data_gradient`` and ``conv2d_weights_gradient`` of
+  one incoming gradient (the data gradient alone is a transposed convolution, which is slower on the CPU).
+  conv2d's descriptor, NCHW data and OIHW weights only.
 * ``threshold_gradient``: ``select(less_equal(x, threshold), 0, g)``, ReLU's gradient as PyTorch's
   decompositions spell ``threshold_backward`` (one pass, where ``less_equal`` and ``select`` make two and the CPU's
   ``torch.where`` is several times slower than a copy). A NaN x passes g, as ``less_equal`` does.
@@ -43,11 +47,15 @@ def _check_names(a: Any) -> None:
         raise AttributeValueError(f"names must be a tuple of str, got {a.names!r}")
 
 
-def _rule(a: ConvBiasAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    _check_names(a)
+def _check_torch_layouts(a: Conv2dDescriptor) -> None:
     if a.data_layout is not TensorLayout.NCHW or a.weights_layout is not WeightsLayout.OIHW:
         raise AttributeValueError(f"computes NCHW data with OIHW weights, got {a.data_layout.value} and "
                                   f"{a.weights_layout.value}")
+
+
+def _rule(a: ConvBiasAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    _check_names(a)
+    _check_torch_layouts(a)
     expect_arity(ins, 3)
     same_dtype(ins)
     y = _conv_rule(a, ins[:2])
@@ -109,6 +117,51 @@ BATCH_NORM_INFERENCE = OpDef("batch_norm_inference", infer=_bn_rule, lower=_bn_l
                              doc="(x - mean) / sqrt(var + epsilon) * gamma + beta with (C,) statistics along "
                                  "axis, as PyTorch's inference batch norm; made by the compiler")
 
+# ---- conv2d_gradients -------------------------------------------------------------------------------------------
+@attrs
+class ConvGradientsAttrs(Conv2dDescriptor):
+    """conv2d's descriptor (NCHW data and OIHW weights only) and the two gradient ops it replaced."""
+
+    names: tuple[str, ...] = ()  # introspection only
+
+
+def _gradients_rule(a: ConvGradientsAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, TensorType]:
+    _check_names(a)
+    _check_torch_layouts(a)
+    expect_arity(ins, 3)
+    same_dtype(ins)
+    grad, x, w = ins
+    y = _conv_rule(a, (x, w))
+    if grad.rank != y.rank or any(m is not None and n is not None and m != n
+                                  for m, n in zip(grad.shape, y.shape, strict=True)):
+        raise ShapeError(f"the incoming gradient must have the convolution's shape {y.shape}, got {grad.shape}")
+    return x, w
+
+
+def _gradients_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: ConvGradientsAttrs = ctx.attrs
+    plan = _memo(lambda sizes, kernel: _pads(a, sizes, kernel))
+
+    def run(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sizes = tuple(x.shape[2:])
+        pads = plan(sizes, tuple(w.shape[2:]))
+        padded, padding = _pad_for_torch(x, pads)  # asymmetric: the gradient of the padded source, cropped
+        dx, dw, _ = torch.ops.aten.convolution_backward(grad, padded, w, None, a.strides, padding, a.dilation_rates,
+                                                        False, [0, 0], a.groups, (True, True, False))
+        if padded is not x:
+            crop = tuple(slice(b, b + n) for n, (b, _) in zip(sizes, pads, strict=True))
+            dx = dx[(slice(None), slice(None)) + crop]
+        return dx, dw
+
+    return run
+
+
+CONV2D_GRADIENTS = OpDef("conv2d_gradients", infer=_gradients_rule, lower=_gradients_lower, attrs=ConvGradientsAttrs,
+                         fusion=FusionKind.OPAQUE, differentiable=False,
+                         doc="(data gradient, weights gradient) of conv2d(x, w) for the incoming gradient, as one "
+                             "vendor call; made by the compiler")
+
+
 # ---- threshold_gradient --------------------------------------------------------------------------------------
 @attrs
 class ThresholdGradientAttrs:
@@ -140,5 +193,5 @@ THRESHOLD_GRADIENT = OpDef("threshold_gradient", infer=_threshold_rule, lower=_t
                            attrs=ThresholdGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
                            doc="0 where x <= threshold, else g (ReLU's gradient as one call); made by the compiler")
 
-__all__ = ["BATCH_NORM_INFERENCE", "CONV2D_BIAS", "THRESHOLD_GRADIENT", "BatchNormInferenceAttrs", "ConvBiasAttrs",
-           "ThresholdGradientAttrs"]
+__all__ = ["BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "THRESHOLD_GRADIENT", "BatchNormInferenceAttrs",
+           "ConvBiasAttrs", "ConvGradientsAttrs", "ThresholdGradientAttrs"]

@@ -13,6 +13,9 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
   without computing and writing the indices.
 * ``select(less_equal(x, t), 0, g)`` with a scalar constant ``t`` and ``0`` (ReLU's gradient as PyTorch's
   decompositions spell it) becomes ``threshold_gradient``: PyTorch's ``threshold_backward``, one pass.
+* ``conv2d_data_gradient`` and ``conv2d_weights_gradient`` of one incoming gradient and descriptor (NCHW, OIHW,
+  static shapes), the data gradient's weights and the weights gradient's source being the convolution's, become
+  one ``conv2d_gradients`` (oneDNN's backward computes both in one call), placed where the first of the two was.
 
 >>> import opgraph as og, torch
 >>> from opgraph.passes.program import Program
@@ -34,6 +37,7 @@ import torch
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.sources import CONSTANT
 from ..ops.conv import CONV2D, TensorLayout, WeightsLayout
+from ..ops.conv_grad import CONV2D_DATA_GRADIENT, CONV2D_WEIGHTS_GRADIENT
 from ..ops.elementwise import ADD, LESS_EQUAL, SELECT
 from ..ops.norm import NORMALIZE, channel_axis
 from ..ops.pooling import MAX_POOL2D, MAX_POOL4D
@@ -42,13 +46,15 @@ from ..ops.shape import EXPAND_DIMS, RESHAPE
 from ..ops.vendor_fused import (
     BATCH_NORM_INFERENCE,
     CONV2D_BIAS,
+    CONV2D_GRADIENTS,
     THRESHOLD_GRADIENT,
     BatchNormInferenceAttrs,
     ConvBiasAttrs,
+    ConvGradientsAttrs,
     ThresholdGradientAttrs,
 )
 from .dce import dead_code_elimination
-from .program import Program, rewrite
+from .program import Program, copy_op, rewrite
 
 
 def _rank1_source(t: Tensor, channels: int | None) -> Tensor | None:
@@ -148,29 +154,74 @@ def _threshold_plans(program: Program) -> dict[int, tuple[Tensor, float]]:
     return plans
 
 
+def _gradient_pairs(program: Program) -> dict[int, tuple[Operation, Operation]]:
+    """id(the earlier op) -> (data gradient, weights gradient) of one incoming gradient and descriptor, whose other
+    input (the later op's weights or source) exists before the earlier op."""
+    position = {id(op): i for i, op in enumerate(program.graph.ops)}
+    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    by_gradient: dict[int, list[Operation]] = {}
+    for op in program.graph.ops:
+        d = op.attrs.descriptor if op.op in (CONV2D_DATA_GRADIENT, CONV2D_WEIGHTS_GRADIENT) else None
+        live = readers.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs  # a dead one is not computed
+        if d is not None and live and len(op.inputs) == 2 and d.data_layout is TensorLayout.NCHW \
+                and d.weights_layout is WeightsLayout.OIHW:
+            by_gradient.setdefault(id(op.inputs[0]), []).append(op)
+    pairs: dict[int, tuple[Operation, Operation]] = {}
+    for ops in by_gradient.values():
+        weights = [op for op in ops if op.op is CONV2D_WEIGHTS_GRADIENT]
+        for data in (op for op in ops if op.op is CONV2D_DATA_GRADIENT):
+            for wg in weights:
+                first, second = sorted((data, wg), key=lambda op: position[id(op)])
+                if data.attrs.descriptor == wg.attrs.descriptor and data.inputs[1].type == wg.outputs[0].type \
+                        and wg.inputs[1].type == data.outputs[0].type \
+                        and position.get(id(second.inputs[1].op), -1) < position[id(first)]:
+                    pairs[id(first)] = (data, wg)
+                    weights.remove(wg)
+                    break
+    return pairs
+
+
 def fuse_vendor_calls(program: Program) -> Program:
     """Replace conv2d -> add(placed bias) pairs by ``conv2d_bias``, per-channel ``normalize`` ops by
-    ``batch_norm_inference``, max poolings whose indices go unread by poolings without them and ReLU's masked
-    gradients by ``threshold_gradient``; the reshapes and masks left unread go."""
+    ``batch_norm_inference``, max poolings whose indices go unread by poolings without them, ReLU's masked
+    gradients by ``threshold_gradient`` and a convolution's two gradients by ``conv2d_gradients``; the reshapes and
+    masks left unread go."""
     conv_plans = _conv_bias_plans(program)
     norm_axes = {id(op): axis for op in program.graph.ops if (axis := _batch_norm_axis(op)) is not None}
     pools = _pools_without_indices(program)
     thresholds = _threshold_plans(program)
-    if not conv_plans and not norm_axes and not pools and not thresholds:
+    pairs = _gradient_pairs(program)
+    if not conv_plans and not norm_axes and not pools and not thresholds and not pairs:
         return program
-    masks = {id(op.inputs[0].op) for op in program.graph.ops if id(op) in thresholds}
-    new_x: dict[int, Tensor] = {}  # id(old x) -> x in the new graph, seen where its less_equal is copied (then dead)
+    new_of: dict[int, Tensor] = {id(t): t for t in program.inputs}  # id(old tensor) -> its value in the new graph
+    later: dict[int, Tensor] = {}  # id(the later op of a gradient pair) -> its output, made with the earlier one
     convs = {id(conv) for conv in conv_plans.values()}
     mapped: dict[int, list[Tensor]] = {}
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor | None] | None:
-        if id(op) in masks:
-            new_x[id(op.inputs[0])] = ins[0]
-            return None
+        result = rewritten(op, ins, g)
+        if result is None:
+            result = copy_op(g, op, ins)
+        outs = result.outputs if isinstance(result, Operation) else result
+        new_of.update((id(old), new) for old, new in zip(op.outputs, outs, strict=True) if new is not None)
+        return result
+
+    def rewritten(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor | None] | None:
+        if id(op) in later:
+            return [later.pop(id(op))]
+        if id(op) in pairs:
+            data, wg = pairs[id(op)]
+            d = data.attrs.descriptor
+            fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+            grad, x, w = (new_of[id(t)] for t in (data.inputs[0], wg.inputs[1], data.inputs[1]))
+            dx, dw = g._add_op(CONV2D_GRADIENTS, [grad, x, w], ConvGradientsAttrs(**fields, names=(data.name, wg.name)),
+                               op.name).outputs
+            later[id(wg if op is data else data)] = dw if op is data else dx
+            return [dx if op is data else dw]
         if id(op) in thresholds:
             x, threshold = thresholds[id(op)]
             names = (op.inputs[0].op.name, op.name)
-            return g._add_op(THRESHOLD_GRADIENT, [ins[2], new_x[id(x)]], ThresholdGradientAttrs(threshold, names),
+            return g._add_op(THRESHOLD_GRADIENT, [ins[2], new_of[id(x)]], ThresholdGradientAttrs(threshold, names),
                              op.name)
         if id(op) in pools:
             return [g._add_op(_WITHOUT_INDICES[op.op], ins, op.attrs, op.name).outputs[0], None]
