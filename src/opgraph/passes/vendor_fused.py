@@ -161,10 +161,12 @@ def _gradient_pairs(program: Program) -> dict[int, tuple[Operation, Operation]]:
     readers, outputs = _readers(program), {id(t) for t in program.outputs}
     by_gradient: dict[int, list[Operation]] = {}
     for op in program.graph.ops:
-        d = op.attrs.descriptor if op.op in (CONV2D_DATA_GRADIENT, CONV2D_WEIGHTS_GRADIENT) else None
+        if op.op not in (CONV2D_DATA_GRADIENT, CONV2D_WEIGHTS_GRADIENT):
+            continue
+        d = op.attrs.descriptor
         live = readers.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs  # a dead one is not computed
-        if d is not None and live and len(op.inputs) == 2 and d.data_layout is TensorLayout.NCHW \
-                and d.weights_layout is WeightsLayout.OIHW:
+        torch_layouts = d.data_layout is TensorLayout.NCHW and d.weights_layout is WeightsLayout.OIHW
+        if live and len(op.inputs) == 2 and torch_layouts:
             by_gradient.setdefault(id(op.inputs[0]), []).append(op)
     pairs: dict[int, tuple[Operation, Operation]] = {}
     for ops in by_gradient.values():
