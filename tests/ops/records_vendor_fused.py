@@ -1,7 +1,7 @@
 """Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
 conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
 input, contracted per group), conv2d_gradients' the same windows contracted with the incoming gradient;
-batch_norm_inference's the formula in float64; threshold_gradient's ``np.where``."""
+batch_norm_inference's the formula in float64, batch_norm_backward's too; threshold_gradient's ``np.where``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import torch
 
 import opgraph as og
 from opgraph.ops.vendor_fused import (
+    BATCH_NORM_BACKWARD,
     BATCH_NORM_INFERENCE,
     CONV2D_BIAS,
     CONV2D_GRADIENTS,
     THRESHOLD_GRADIENT,
+    BatchNormBackwardAttrs,
     BatchNormInferenceAttrs,
     ConvBiasAttrs,
     ConvGradientsAttrs,
@@ -202,6 +204,55 @@ GRADIENTS_ERRORS = [
 ]
 
 
+def _bn_backward_build(g: og.Graph, *xs: og.Tensor) -> list[og.Tensor]:
+    return g._apply_multi(BATCH_NORM_BACKWARD, list(xs), BatchNormBackwardAttrs(len(xs) > 4))
+
+
+def np_batch_norm_backward(gy: np.ndarray, x: np.ndarray, mean: np.ndarray, invstd: np.ndarray,
+                           *gamma: np.ndarray) -> list[np.ndarray]:
+    """dbeta = sum(gy), dgamma = sum(gy * xhat), dx = gamma r (gy - mean(gy) - xhat mean(gy xhat)), over all dims but
+    the channels' (axis 1)."""
+    gy, x = (np.asarray(v.float() if isinstance(v, torch.Tensor) else v, dtype=np.float64) for v in (gy, x))
+    axes = (0, *range(2, x.ndim))
+    shape = [1] * x.ndim
+    shape[1] = -1
+    r = invstd.astype(np.float64).reshape(shape)
+    xhat = (x - mean.astype(np.float64).reshape(shape)) * r
+    dbeta, dgamma = gy.sum(axes), (gy * xhat).sum(axes)
+    n = gy.size // gy.shape[1]
+    w = gamma[0].astype(np.float64).reshape(shape) if gamma else 1.0
+    dx = w * r * (gy - dbeta.reshape(shape) / n - xhat * dgamma.reshape(shape) / n)
+    return [dx, dgamma, dbeta]
+
+
+def _bn_backward_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(x: tuple[int, ...], dt: Any, desc: str, gamma: bool = True) -> Sample:
+        c, st = x[1], np.float32 if dt is torch.bfloat16 else dt
+        values = rand(rng, x, dt)
+        as_np = values.float().numpy() if isinstance(values, torch.Tensor) else values
+        stats = [as_np.astype(np.float64).mean((0, *range(2, len(x)))).astype(st),
+                 rand(rng, (c,), st, low=0.5, high=2.0)]
+        return Sample([rand(rng, x, dt), values, *stats, *([rand(rng, (c,), st)] if gamma else [])], {}, desc)
+
+    return [
+        s((2, 3, 4, 5), np.float32, "f32-nchw"),
+        s((4, 3), np.float64, "f64-2d"),
+        s((2, 4, 3, 3), np.float64, "f64-no-gamma", gamma=False),
+        s((2, 3, 4, 4), torch.bfloat16, "bf16-float32-statistics"),
+    ]
+
+
+BN_BACKWARD_ERRORS = [
+    ErrorCase(lambda g: _bn_backward_build(g, _ph(g, (2, 3, 4)), _ph(g, (2, 3, 4)), _ph(g, (4,)), _ph(g, (4,))),
+              og.ShapeError, "must be float32 of shape", "stats-length"),
+    ErrorCase(lambda g: _bn_backward_build(g, _ph(g, (2, 3)), _ph(g, (2, 4)), _ph(g, (3,)), _ph(g, (3,))),
+              og.ShapeError, "the incoming gradient must have x's type", "gradient-shape"),
+    ErrorCase(lambda g: _bn_backward_build(g, _ph(g, (2, 3), og.bfloat16), _ph(g, (2, 3), og.bfloat16),
+                                           _ph(g, (3,), og.bfloat16), _ph(g, (3,))), og.ShapeError,
+              "must be float32", "16-bit-statistics"),
+]
+
+
 def _threshold_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
     return g._apply(THRESHOLD_GRADIENT, [grad, x], ThresholdGradientAttrs(**kw))
 
@@ -243,6 +294,8 @@ RECORDS = [
            tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),  # cuDNN's TF32
     OpInfo("conv2d_gradients", (CONV2D_GRADIENTS,), _gradients_build, _gradients_samples, np_conv_gradients,
            errors=GRADIENTS_ERRORS, tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),
+    OpInfo("batch_norm_backward", (BATCH_NORM_BACKWARD,), _bn_backward_build, _bn_backward_samples,
+           np_batch_norm_backward, errors=BN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)}),
     OpInfo("threshold_gradient", (THRESHOLD_GRADIENT,), _threshold_build, _threshold_samples, np_threshold_gradient,
            errors=THRESHOLD_ERRORS),
 ]

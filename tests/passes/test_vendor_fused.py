@@ -242,3 +242,24 @@ def test_a_weights_gradient_alone_stays_itself() -> None:
     dw = g.gradients(loss, [w])[w]
     ops = _ops(fuse_vendor_calls(Program(g, [x, w], [dw], [])))
     assert "conv2d_weights_gradient" in ops and "conv2d_gradients" not in ops, ops
+
+
+# ---- batch norm's backward whole where no kernels are generated ------------------------------------------------
+@pytest.mark.parametrize("interpret", [False, True], ids=["cpu", "generated-kernels"])
+def test_a_batch_norm_backward_is_one_call_where_no_kernels_are_generated(interpret: bool) -> None:
+    """On the CPU PyTorch's native_batch_norm_backward reaches its converter whole and runs as one call; where
+    kernels are generated (here the interpreter) it is spelled with elementwise ops and sums that fuse."""
+    if interpret:
+        pytest.importorskip("triton")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    twin = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6)
+    with og.torch.recording() as reports:
+        compiled = torch.compile(model, backend="opgraph", options={"triton_interpret": interpret})
+        compiled(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    kernels = [k.op for r in reports if r.kind == "backward" for k in r.executable.kernels()]
+    assert ("batch_norm_backward" in kernels) is not interpret, kernels
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -11,6 +11,9 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
   (oneDNN's backward for both), where the graph has ``conv2d_data_gradient`` and ``conv2d_weights_gradient`` of
   one incoming gradient (the data gradient alone is a transposed convolution, which is slower on the CPU).
   conv2d's descriptor, NCHW data and OIHW weights only.
+* ``batch_norm_backward``: PyTorch's ``native_batch_norm_backward`` in training, ``(dx, dgamma, dbeta)`` from the
+  saved mean and inverse standard deviation, one call; made by the PyTorch frontend where no kernels are generated
+  (elsewhere its converter spells it with elementwise ops and two sums, which fuse into regions).
 * ``threshold_gradient``: ``select(less_equal(x, threshold), 0, g)``, ReLU's gradient as PyTorch's
   decompositions spell ``threshold_backward`` (one pass, where ``less_equal`` and ``select`` make two and the CPU's
   ``torch.where`` is several times slower than a copy). A NaN x passes g, as ``less_equal`` does.
@@ -29,7 +32,7 @@ from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ._rules import expect_arity, expect_dtype, same_dtype
 from .batch_norm import BatchNormTrainingAttrs
-from .batch_norm_grad import check_bn_attrs, check_flags
+from .batch_norm_grad import Ones, check_bn_attrs, check_flags, stat_dtype
 from .conv import Conv2dDescriptor, TensorLayout, WeightsLayout, _conv_rule, _memo, _pad_for_torch, _pads
 from .norm import inference_batch_norm
 from .registry import FusionKind, LowerContext, OpDef, attrs
@@ -162,6 +165,49 @@ CONV2D_GRADIENTS = OpDef("conv2d_gradients", infer=_gradients_rule, lower=_gradi
                              "vendor call; made by the compiler")
 
 
+# ---- batch_norm_backward ----------------------------------------------------------------------------------------
+@attrs
+class BatchNormBackwardAttrs:
+    has_gamma: bool = False
+
+
+def _bn_backward_rule(a: BatchNormBackwardAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    check_flags(has_gamma=a.has_gamma)
+    expect_arity(ins, 4 + a.has_gamma)
+    gy, x, *stats = ins
+    for t in ins:
+        expect_dtype(t, FLOAT_DTYPES)
+    if gy.dtype is not x.dtype or gy.shape != x.shape or x.rank < 2:
+        raise ShapeError(f"the incoming gradient must have x's type, x of rank >= 2, got {gy} and {x}")
+    st = stat_dtype(x.dtype)
+    c = x.shape[1]
+    for t in stats:
+        if t.dtype is not st or t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
+            raise ShapeError(f"mean, inverse standard deviation and gamma must be {st.name} of shape ({c},), "
+                             f"got {t}")
+    return x, TensorType((c,), st), TensorType((c,), st)
+
+
+def _bn_backward_lower(ctx: LowerContext) -> Callable[..., Any]:
+    st = stat_dtype(ctx.in_types[1].dtype).torch_dtype
+    ones = Ones(st, ctx.device)
+
+    def run(gy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
+            *gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        w = gamma[0] if gamma else ones(x.shape[1])
+        dx, dw, db = torch.ops.aten.native_batch_norm_backward(gy, x, w, None, None, mean, invstd, True, 0.0,
+                                                               [True, True, True])
+        return dx, dw, db
+
+    return run
+
+
+BATCH_NORM_BACKWARD = OpDef("batch_norm_backward", infer=_bn_backward_rule, lower=_bn_backward_lower,
+                            attrs=BatchNormBackwardAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                            doc="(dx, dgamma, dbeta) of a training batch norm along axis 1 from the saved mean and "
+                                "inverse standard deviation, as PyTorch's native_batch_norm_backward")
+
+
 # ---- threshold_gradient --------------------------------------------------------------------------------------
 @attrs
 class ThresholdGradientAttrs:
@@ -193,5 +239,6 @@ THRESHOLD_GRADIENT = OpDef("threshold_gradient", infer=_threshold_rule, lower=_t
                            attrs=ThresholdGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
                            doc="0 where x <= threshold, else g (ReLU's gradient as one call); made by the compiler")
 
-__all__ = ["BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "THRESHOLD_GRADIENT", "BatchNormInferenceAttrs",
-           "ConvBiasAttrs", "ConvGradientsAttrs", "ThresholdGradientAttrs"]
+__all__ = ["BATCH_NORM_BACKWARD", "BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "THRESHOLD_GRADIENT",
+           "BatchNormBackwardAttrs", "BatchNormInferenceAttrs", "ConvBiasAttrs", "ConvGradientsAttrs",
+           "ThresholdGradientAttrs"]

@@ -113,14 +113,15 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options:
 def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: TorchOptions,
                 kind: str) -> Callable[..., Any]:
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    where = _device_of(example_inputs)
     try:
-        tr = translate(gm)
+        tr = translate(gm, vendor_ops=_vendor_ops(options, where))
     except NotTranslatable as e:
         warnings.warn(f"opgraph: a {kind} graph runs eagerly: {e}", stacklevel=2)
         if REPORTS is not None:
             REPORTS.append(GraphReport(kind, nodes, {}, {}, None, str(e)))
         return _boxed_eager(gm)
-    dev = og_device(str(_device_of(example_inputs)))
+    dev = og_device(str(where))
     targets = [t for t in tr.outputs if isinstance(t, Tensor)]
     descriptor = options.descriptor()
     stored = _channels_last_inputs([example_inputs[i] for i in tr.tensor_inputs])
@@ -139,6 +140,12 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
     if REPORTS is not None:
         REPORTS.append(GraphReport(kind, nodes, dict(tr.fallbacks), dict(tr.reasons), exe, "", exe.kernels()))
     return _boxed(exe, tr, _dense_outputs(tr, kind))
+
+
+def _vendor_ops(options: TorchOptions, where: torch.device) -> bool:
+    """No generated kernels on ``where`` (the CPU): converters may keep an ATen op whole (one vendor call) where
+    they would spell it with elementwise ops that only fuse on a GPU."""
+    return options.fusion and options.optimization_level >= 1 and not options.triton_interpret and where.type != "cuda"
 
 
 def _channels_last_inputs(values: Sequence[Any]) -> tuple[int, ...]:
@@ -215,8 +222,12 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 
     if opts.capture_attention:  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
         capture_attention(gm)
-    # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math
-    table = decompositions(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+    # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math; where
+    # no kernels are generated, batch norm's backward reaches its converter whole (one vendor call, not ~14 ops)
+    whole = [torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default]
+    if _vendor_ops(opts, _device_of(example_inputs)):
+        whole.append(torch.ops.aten.native_batch_norm_backward.default)
+    table = decompositions(*whole)
     compiler = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward,
                             decompositions=table)
     return compiler(gm, example_inputs)

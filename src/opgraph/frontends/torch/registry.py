@@ -98,6 +98,7 @@ class ConvertContext:
     g: Graph
     out_types: list[TensorType | None] = field(default_factory=list)  # from the node's FakeTensor values
     size_refs: dict[Any, tuple[Any, int]] = field(default_factory=dict)  # sympy symbol -> (og.Tensor, axis)
+    vendor_ops: bool = False  # where no kernels are generated: one vendor op may replace an elementwise spelling
 
     def reshape(self, x: Any, sizes: Sequence[Any]) -> Any:
         """``x`` reshaped to ATen ``sizes`` (ints and SymSizes): a plain reshape when at most one size is known

@@ -41,6 +41,7 @@ class Translation:
     reasons: dict[str, str] = field(default_factory=dict)  # "aten::op.overload" -> why it fell back
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
     output_values: list[Any] = field(default_factory=list)  # each FX output's traced (fake) value, or None
+    vendor_ops: bool = False  # converters may make one vendor op where the elementwise spelling fuses only on GPUs
 
 
 def _types(node: torch.fx.Node) -> list[Any]:
@@ -51,12 +52,13 @@ def _types(node: torch.fx.Node) -> list[Any]:
 
 
 def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node, Graph], Tensor | None] | None = None,
-              graph: Graph | None = None) -> Translation:
+              graph: Graph | None = None, vendor_ops: bool = False) -> Translation:
     """Translate ``gm`` (into ``graph``, or a new one); ``on_placeholder`` may make a placeholder node something
-    else (a variable), or return None to keep it a placeholder."""
+    else (a variable), or return None to keep it a placeholder. ``vendor_ops``: the graph runs where no kernels are
+    generated (the CPU), so an ATen op whose opgraph spelling is many elementwise ops may become one vendor op."""
     g = graph if graph is not None else Graph()
     env: dict[torch.fx.Node, Any] = {}
-    tr = Translation(g, [], [])
+    tr = Translation(g, [], [], vendor_ops=vendor_ops)
     position = -1
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -114,9 +116,13 @@ def _numbers_as_tensors(ctx: ConvertContext, target: torch._ops.OpOverload, args
     dynamic-shape batch-norm gradient) as 0-d tensors computed from the input dims; sizes in size lists stay."""
     schema = target._schema.arguments
     out = list(args)
+    traced = ctx.out_types[0] if ctx.out_types else None
+    # a float number takes the traced result's float dtype: PyTorch's scalars (and 0-d tensors) do not promote a
+    # float32 tensor, where a float64 0-d tensor here would make opgraph's product float64
+    real = traced.dtype if traced is not None and traced.dtype.is_floating else float64
     for i, a in enumerate(args):
         if isinstance(a, SymSize) and i < len(schema) and str(schema[i].type) in ("Tensor", "Scalar", "number"):
-            out[i] = ctx.scalar(a, int64 if a.sym is not None and a.sym.is_integer else float64)
+            out[i] = ctx.scalar(a, int64 if a.sym is not None and a.sym.is_integer else real)
     return tuple(out)
 
 
@@ -145,7 +151,7 @@ def _call(tr: Translation, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -
     reason = "no converter"
     if converter is not None:
         try:
-            ctx = ConvertContext(tr.graph, types, tr.size_refs)
+            ctx = ConvertContext(tr.graph, types, tr.size_refs, tr.vendor_ops)
             args = _numbers_as_tensors(ctx, node.target, args)
             out = converter(ctx, *args, **kwargs)
             return _checked(out, types, node)

@@ -25,6 +25,7 @@ from ....ops.conv import Conv2dDescriptor, Conv3dDescriptor
 from ....ops.gather import ScatterMode
 from ....ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor, PoolingReturnIndicesMode
 from ....ops.resize import ResizeNearestRoundingMode, nearest_indices
+from ....ops.vendor_fused import BATCH_NORM_BACKWARD, BatchNormBackwardAttrs
 from ..registry import ConvertContext, Unsupported, converts
 
 aten = torch.ops.aten
@@ -491,6 +492,12 @@ def _batch_norm_backward(ctx: ConvertContext, gy: Tensor, x: Tensor, w: Tensor |
     g = ctx.g
     _floating(gy, x, w)
     ct = _compute(x.dtype)
+    if train and ctx.vendor_ops and save_mean is not None and save_invstd is not None and x.rank >= 2 \
+            and gy.type == x.type:  # no kernels generated here: PyTorch's one call, not a pass per elementwise op
+        stats = [_cast(ctx, t, ct) for t in (save_mean, save_invstd, *(() if w is None else (w,)))]
+        whole = g._apply_multi(BATCH_NORM_BACKWARD, [gy, x, *stats], BatchNormBackwardAttrs(w is not None))
+        return tuple(_cast(ctx, t, _want(ctx, i, x.dtype if i == 0 else ct)) if output_mask[i] else None
+                     for i, t in enumerate(whole))
     if train:
         if save_mean is None or save_invstd is None:
             raise Unsupported("training batch norm backward without saved statistics")
