@@ -1,7 +1,8 @@
 """Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
 conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
 input, contracted per group), conv2d_gradients' the same windows contracted with the incoming gradient;
-batch_norm_inference's the formula in float64, batch_norm_backward's too; threshold_gradient's ``np.where``."""
+batch_norm_inference's the formula in float64, batch_norm_backward's and the layer norms' too; threshold_gradient's
+``np.where``."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from opgraph.ops.vendor_fused import (
     BATCH_NORM_INFERENCE,
     CONV2D_BIAS,
     CONV2D_GRADIENTS,
+    LAYER_NORM_BACKWARD,
+    LAYER_NORM_FORWARD,
     THRESHOLD_GRADIENT,
     BatchNormBackwardAttrs,
     BatchNormInferenceAttrs,
     ConvBiasAttrs,
     ConvGradientsAttrs,
+    LayerNormVendorAttrs,
     ThresholdGradientAttrs,
 )
 
@@ -253,6 +257,78 @@ BN_BACKWARD_ERRORS = [
 ]
 
 
+def _ln_forward_build(g: og.Graph, *xs: og.Tensor, **kw: Any) -> list[og.Tensor]:
+    return g._apply_multi(LAYER_NORM_FORWARD, list(xs), LayerNormVendorAttrs(**kw))
+
+
+def _ln_axes(x: np.ndarray, normalized_rank: int) -> tuple[int, ...]:
+    return tuple(range(x.ndim - normalized_rank, x.ndim))
+
+
+def np_layer_norm_forward(x: np.ndarray, *affine: np.ndarray, normalized_rank: int = 1,
+                          epsilon: float = 1e-5) -> list[np.ndarray]:
+    x = x.astype(np.float64)
+    axes = _ln_axes(x, normalized_rank)
+    mean = x.mean(axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x - mean) ** 2).mean(axes, keepdims=True) + epsilon)
+    y = (x - mean) * rstd
+    if affine:
+        y = y * affine[0]
+    return [y + affine[1] if len(affine) > 1 else y, mean, rstd]
+
+
+def _ln_backward_build(g: og.Graph, *xs: og.Tensor, **kw: Any) -> list[og.Tensor]:
+    return g._apply_multi(LAYER_NORM_BACKWARD, list(xs), LayerNormVendorAttrs(**kw))
+
+
+def np_layer_norm_backward(gy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray,
+                           b: np.ndarray, normalized_rank: int = 1, **_: Any) -> list[np.ndarray]:
+    gy, x = gy.astype(np.float64), x.astype(np.float64)
+    axes = _ln_axes(x, normalized_rank)
+    outer = tuple(range(x.ndim - normalized_rank))
+    xhat = (x - mean) * rstd
+    gw = gy * w
+    dx = rstd * (gw - gw.mean(axes, keepdims=True) - xhat * (gw * xhat).mean(axes, keepdims=True))
+    return [dx, (gy * xhat).sum(outer), gy.sum(outer)]
+
+
+def _ln_forward_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample([rand(rng, (2, 5, 8)), rand(rng, (8,)), rand(rng, (8,))], {}, "f32-affine"),
+        Sample([rand(rng, (3, 4, 5), np.float64), rand(rng, (4, 5), np.float64)],
+               {"normalized_rank": 2, "epsilon": 1e-3}, "f64-two-dims-gamma-only"),
+        Sample([rand(rng, (4, 6))], {}, "f32-no-affine"),
+    ]
+
+
+def _ln_backward_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(shape: tuple[int, ...], k: int, dt: Any, desc: str) -> Sample:
+        x = rand(rng, shape, dt)
+        _, mean, rstd = np_layer_norm_forward(x, normalized_rank=k)
+        ns = shape[len(shape) - k:]
+        return Sample([rand(rng, shape, dt), x, mean.astype(dt), rstd.astype(dt), rand(rng, ns, dt),
+                       rand(rng, ns, dt)], {"normalized_rank": k}, desc)
+
+    return [s((2, 5, 8), 1, np.float32, "f32"), s((3, 4, 5), 2, np.float64, "f64-two-dims")]
+
+
+LN_ERRORS = [
+    ErrorCase(lambda g: _ln_forward_build(g, _ph(g, (2, 3), og.bfloat16)), og.DTypeError, "bfloat16", "bf16"),
+    ErrorCase(lambda g: _ln_forward_build(g, _ph(g, (2, 3)), _ph(g, (4,))), og.ShapeError,
+              "gamma and beta must be float32", "gamma-shape"),
+    ErrorCase(lambda g: _ln_forward_build(g, _ph(g, (2, 3)), normalized_rank=3), og.AttributeValueError,
+              "normalized_rank must be an int", "rank"),
+]
+LN_BACKWARD_ERRORS = [
+    ErrorCase(lambda g: _ln_backward_build(g, *(_ph(g, (2, 3)) for _ in range(2)), *(_ph(g, (2, 1)) for _ in
+                                                                                    range(2)), _ph(g, (3,)),
+                                           _ph(g, (2,))), og.ShapeError, "gamma and beta", "beta-shape"),
+    ErrorCase(lambda g: _ln_backward_build(g, _ph(g, (2, 3)), _ph(g, (2, 3)), _ph(g, (2, 3)), _ph(g, (2, 1)),
+                                           _ph(g, (3,)), _ph(g, (3,))), og.ShapeError, "statistics of type",
+              "statistics"),
+]
+
+
 def _threshold_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
     return g._apply(THRESHOLD_GRADIENT, [grad, x], ThresholdGradientAttrs(**kw))
 
@@ -296,6 +372,10 @@ RECORDS = [
            errors=GRADIENTS_ERRORS, tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),
     OpInfo("batch_norm_backward", (BATCH_NORM_BACKWARD,), _bn_backward_build, _bn_backward_samples,
            np_batch_norm_backward, errors=BN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)}),
+    OpInfo("layer_norm_forward", (LAYER_NORM_FORWARD,), _ln_forward_build, _ln_forward_samples, np_layer_norm_forward,
+           errors=LN_ERRORS, tol={torch.float32: (1e-5, 1e-5)}),
+    OpInfo("layer_norm_backward", (LAYER_NORM_BACKWARD,), _ln_backward_build, _ln_backward_samples,
+           np_layer_norm_backward, errors=LN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)}),
     OpInfo("threshold_gradient", (THRESHOLD_GRADIENT,), _threshold_build, _threshold_samples, np_threshold_gradient,
            errors=THRESHOLD_ERRORS),
 ]

@@ -263,3 +263,20 @@ def test_a_batch_norm_backward_is_one_call_where_no_kernels_are_generated(interp
     assert ("batch_norm_backward" in kernels) is not interpret, kernels
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_layer_norm_and_its_backward_are_one_call_each_on_the_cpu() -> None:
+    """native_layer_norm (with the statistics it saves) and its backward run as PyTorch's calls on the CPU, with
+    eager's gradients."""
+    torch._dynamo.reset()  # static shapes: the tests above compiled Sequential.forward for other sizes
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 5, 6)
+    with og.torch.recording() as reports:
+        torch.compile(model, backend="opgraph")(x).square().sum().backward()
+    twin(x).square().sum().backward()
+    kernels = {r.kind: [k.op for k in r.executable.kernels()] for r in reports}
+    assert "layer_norm_forward" in kernels["forward"] and "layer_norm_backward" in kernels["backward"], kernels
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)

@@ -14,6 +14,9 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
 * ``batch_norm_backward``: PyTorch's ``native_batch_norm_backward`` in training, ``(dx, dgamma, dbeta)`` from the
   saved mean and inverse standard deviation, one call; made by the PyTorch frontend where no kernels are generated
   (elsewhere its converter spells it with elementwise ops and two sums, which fuse into regions).
+* ``layer_norm_forward`` / ``layer_norm_backward``: PyTorch's ``native_layer_norm`` (the result and the mean and
+  inverse standard deviation it saves) and its backward, float32 and float64, one call each; made by the PyTorch
+  frontend where no kernels are generated, as ``batch_norm_backward`` is.
 * ``threshold_gradient``: ``select(less_equal(x, threshold), 0, g)``, ReLU's gradient as PyTorch's
   decompositions spell ``threshold_backward`` (one pass, where ``less_equal`` and ``select`` make two and the CPU's
   ``torch.where`` is several times slower than a copy). A NaN x passes g, as ``less_equal`` does.
@@ -21,13 +24,13 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..core.dtype import FLOAT_DTYPES
+from ..core.dtype import FLOAT_DTYPES, float32, float64
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
 from ._rules import expect_arity, expect_dtype, same_dtype
@@ -208,6 +211,91 @@ BATCH_NORM_BACKWARD = OpDef("batch_norm_backward", infer=_bn_backward_rule, lowe
                                 "inverse standard deviation, as PyTorch's native_batch_norm_backward")
 
 
+# ---- layer_norm_forward / layer_norm_backward ---------------------------------------------------------------------
+@attrs
+class LayerNormVendorAttrs:
+    normalized_rank: int = 1  # the trailing dims normalised
+    epsilon: float = 1e-5
+
+
+def _layer_norm_types(a: LayerNormVendorAttrs, x: TensorType, params: Sequence[TensorType]) -> tuple[int | None, ...]:
+    """The normalised shape (dynamic dims None); checks x, the affine parameters and the attributes."""
+    if isinstance(a.normalized_rank, bool) or not isinstance(a.normalized_rank, int) \
+            or not 0 < a.normalized_rank <= x.rank:
+        raise AttributeValueError(f"normalized_rank must be an int in [1, {x.rank}], got {a.normalized_rank!r}")
+    if isinstance(a.epsilon, bool) or not isinstance(a.epsilon, float) or not a.epsilon >= 0:
+        raise AttributeValueError(f"epsilon must be a float >= 0, got {a.epsilon!r}")
+    for t in (x, *params):
+        expect_dtype(t, (float32, float64))
+    normalised = x.shape[x.rank - a.normalized_rank:]
+    for t in params:
+        if t.dtype is not x.dtype or t.rank != len(normalised) or any(
+                m is not None and n is not None and m != n for m, n in zip(t.shape, normalised, strict=True)):
+            raise ShapeError(f"gamma and beta must be {x.dtype.name} of shape {normalised}, got {t}")
+    return normalised
+
+
+def _stat_type(a: LayerNormVendorAttrs, x: TensorType) -> TensorType:
+    return TensorType(x.shape[:x.rank - a.normalized_rank] + (1,) * a.normalized_rank, x.dtype)
+
+
+def _ln_forward_rule(a: LayerNormVendorAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    if not 1 <= len(ins) <= 3:
+        raise ShapeError(f"expects x and at most gamma and beta, got {len(ins)} inputs")
+    _layer_norm_types(a, ins[0], ins[1:])
+    return ins[0], _stat_type(a, ins[0]), _stat_type(a, ins[0])
+
+
+def _ln_forward_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: LayerNormVendorAttrs = ctx.attrs
+    k = a.normalized_rank
+    gamma, beta = len(ctx.in_types) > 1, len(ctx.in_types) > 2  # x, then gamma, then beta (only with gamma)
+
+    def run(x: torch.Tensor, *affine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        w = affine[0] if gamma else None
+        b = affine[1] if beta else None
+        y, mean, rstd = torch.ops.aten.native_layer_norm(x, x.shape[x.dim() - k:], w, b, a.epsilon)
+        return y, mean, rstd
+
+    return run
+
+
+LAYER_NORM_FORWARD = OpDef("layer_norm_forward", infer=_ln_forward_rule, lower=_ln_forward_lower,
+                           attrs=LayerNormVendorAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                           doc="(y, mean, inverse standard deviation) of a layer norm over the trailing "
+                               "normalized_rank dims with optional gamma and beta, as PyTorch's native_layer_norm")
+
+
+def _ln_backward_rule(a: LayerNormVendorAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    expect_arity(ins, 6)
+    gy, x, mean, rstd, w, b = ins
+    shape = _layer_norm_types(a, x, (w, b))
+    stat = _stat_type(a, x)
+    if gy.dtype is not x.dtype or gy.rank != x.rank or any(t.dtype is not x.dtype or t.rank != stat.rank or any(
+            d not in (1, None) for d in t.shape[x.rank - a.normalized_rank:]) for t in (mean, rstd)):
+        raise ShapeError(f"expects the incoming gradient typed as x ({x}) and statistics of type {stat}, got {gy}, "
+                         f"{mean} and {rstd}")
+    return x, TensorType(shape, x.dtype), TensorType(shape, x.dtype)
+
+
+def _ln_backward_lower(ctx: LowerContext) -> Callable[..., Any]:
+    k = ctx.attrs.normalized_rank
+
+    def run(gy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, w: torch.Tensor,
+            b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(gy, x, x.shape[x.dim() - k:], mean, rstd, w, b,
+                                                               [True, True, True])
+        return dx, dw, db
+
+    return run
+
+
+LAYER_NORM_BACKWARD = OpDef("layer_norm_backward", infer=_ln_backward_rule, lower=_ln_backward_lower,
+                            attrs=LayerNormVendorAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                            doc="(dx, dgamma, dbeta) of a layer norm with gamma and beta from its saved mean and "
+                                "inverse standard deviation, as PyTorch's native_layer_norm_backward")
+
+
 # ---- threshold_gradient --------------------------------------------------------------------------------------
 @attrs
 class ThresholdGradientAttrs:
@@ -239,6 +327,6 @@ THRESHOLD_GRADIENT = OpDef("threshold_gradient", infer=_threshold_rule, lower=_t
                            attrs=ThresholdGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
                            doc="0 where x <= threshold, else g (ReLU's gradient as one call); made by the compiler")
 
-__all__ = ["BATCH_NORM_BACKWARD", "BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "THRESHOLD_GRADIENT",
-           "BatchNormBackwardAttrs", "BatchNormInferenceAttrs", "ConvBiasAttrs", "ConvGradientsAttrs",
-           "ThresholdGradientAttrs"]
+__all__ = ["BATCH_NORM_BACKWARD", "BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "LAYER_NORM_BACKWARD",
+           "LAYER_NORM_FORWARD", "THRESHOLD_GRADIENT", "BatchNormBackwardAttrs", "BatchNormInferenceAttrs",
+           "ConvBiasAttrs", "ConvGradientsAttrs", "LayerNormVendorAttrs", "ThresholdGradientAttrs"]

@@ -25,7 +25,13 @@ from ....ops.conv import Conv2dDescriptor, Conv3dDescriptor
 from ....ops.gather import ScatterMode
 from ....ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor, PoolingReturnIndicesMode
 from ....ops.resize import ResizeNearestRoundingMode, nearest_indices
-from ....ops.vendor_fused import BATCH_NORM_BACKWARD, BatchNormBackwardAttrs
+from ....ops.vendor_fused import (
+    BATCH_NORM_BACKWARD,
+    LAYER_NORM_BACKWARD,
+    LAYER_NORM_FORWARD,
+    BatchNormBackwardAttrs,
+    LayerNormVendorAttrs,
+)
 from ..registry import ConvertContext, Unsupported, converts
 
 aten = torch.ops.aten
@@ -527,6 +533,13 @@ def _batch_norm_backward(ctx: ConvertContext, gy: Tensor, x: Tensor, w: Tensor |
 
 
 # ---- layer and group normalisation ------------------------------------------------------------------
+def _vendor_layer_norm(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: Tensor | None) -> bool:
+    """Where no kernels are generated: float32/float64 layer norms with static normalised dims and parameters of
+    x's dtype run as PyTorch's calls (beta only with gamma)."""
+    return ctx.vendor_ops and x.dtype.name in ("float32", "float64") and not (w is None and b is not None) \
+        and all(t is None or t.dtype is x.dtype for t in (w, b)) and x.type.is_static
+
+
 @converts(aten.native_layer_norm.default)
 def _layer_norm(ctx: ConvertContext, x: Tensor, normalized_shape: Sequence[int], w: Tensor | None, b: Tensor | None,
                 eps: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -536,6 +549,10 @@ def _layer_norm(ctx: ConvertContext, x: Tensor, normalized_shape: Sequence[int],
     k = len(normalized_shape)
     if not 0 < k <= x.rank:
         raise Unsupported(f"layer norm over {k} dims of a rank-{x.rank} input")
+    if _vendor_layer_norm(ctx, x, w, b):  # no kernels generated here: PyTorch's one call, statistics included
+        affine = [t for t in (w, b) if t is not None]
+        y, mean, rstd = g._apply_multi(LAYER_NORM_FORWARD, [x, *affine], LayerNormVendorAttrs(k, float(eps)))
+        return y, mean, rstd
     axes = list(range(x.rank - k, x.rank))
     if any(p is not None and p.dtype is not x.dtype for p in (w, b)):  # autocast: 16-bit x, float32 affine
         ct = _compute(x.dtype)
@@ -559,6 +576,10 @@ def _layer_norm_backward(ctx: ConvertContext, gy: Tensor, x: Tensor, normalized_
     g = ctx.g
     _floating(gy, x, w)
     k = len(normalized_shape)
+    if _vendor_layer_norm(ctx, x, w, b) and w is not None and b is not None and gy.type == x.type \
+            and mean.type == rstd.type and mean.dtype is x.dtype:
+        whole = g._apply_multi(LAYER_NORM_BACKWARD, [gy, x, mean, rstd, w, b], LayerNormVendorAttrs(k))
+        return tuple(t if output_mask[i] else None for i, t in enumerate(whole))
     inner, outer = list(range(x.rank - k, x.rank)), list(range(x.rank - k))
     ct = _compute(x.dtype)
     dy, r = _cast(ctx, gy, ct), _cast(ctx, rstd, ct)
