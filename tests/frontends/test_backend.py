@@ -281,3 +281,24 @@ def test_parameters_and_buffers_are_marked_static_inputs() -> None:
     assert (3, 4) not in shapes
     # the backward's inputs (activations a replayed forward keeps in its buffers) are read in place until one moves
     assert backward._static_inputs == frozenset(range(len(backward.input_types)))
+
+
+def test_a_forward_returning_a_computed_size_runs_in_opgraph() -> None:
+    """A linear layer on 3-d inputs under dynamic=True saves ``b * t`` (a size computed from two input dims) for
+    its backward: the forward returns it, computed at run time from the inputs, instead of running eagerly."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+    reference = copy.deepcopy(model)
+    fast = torch.compile(model, backend="opgraph", dynamic=True)
+    with recording() as reports:
+        for b, t in ((2, 5), (3, 7), (4, 3)):
+            x = torch.randn(b, t, 6)
+            for p in (*model.parameters(), *reference.parameters()):
+                p.grad = None
+            fast(x).square().sum().backward()
+            reference(x).square().sum().backward()
+            for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert [(r.kind, r.executable is not None) for r in reports] == [("forward", True), ("backward", True)], \
+        [(r.kind, r.eager_reason) for r in reports]

@@ -180,6 +180,8 @@ def _boxed(exe: Any, tr: Translation, dense: Container[int] = frozenset()) -> Ca
     where = [(i, i in dense) for i, t in enumerate(tr.outputs) if isinstance(t, Tensor)]
     sizes = [(i, t.position) for i, t in enumerate(tr.outputs)  # size inputs returned as they are
              if isinstance(t, SymSize) and t.position is not None]
+    computed = [(i, tr.size_reader(t)) for i, t in enumerate(tr.outputs)  # sizes computed from the input dims
+                if isinstance(t, SymSize) and t.position is None]
     n = len(tr.outputs)
     tensors = tr.tensor_inputs
 
@@ -190,6 +192,8 @@ def _boxed(exe: Any, tr: Translation, dense: Container[int] = frozenset()) -> Ca
             out[i] = v.contiguous() if contiguous else v
         for i, k in sizes:
             out[i] = args[k]
+        for i, read in computed:
+            out[i] = read(args) if read is not None else None
         args.clear()  # boxed: the caller's list no longer keeps the inputs alive
         return out
 

@@ -42,6 +42,37 @@ class Translation:
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # get_attr constants by target
     output_values: list[Any] = field(default_factory=list)  # each FX output's traced (fake) value, or None
     vendor_ops: bool = False  # converters may make one vendor op where the elementwise spelling fuses only on GPUs
+    size_inputs: dict[Any, int] = field(default_factory=dict)  # size symbol -> the FX input position giving it
+
+    def size_reader(self, size: SymSize) -> Callable[[Sequence[Any]], int] | None:
+        """A function of the FX inputs computing an output ``size`` that no input gives as is."""
+        return _size_reader(self, size)
+
+
+def _size_reader(tr: Translation, size: SymSize) -> Callable[[Sequence[Any]], int] | None:
+    """A function of the FX inputs computing ``size`` (an expression of input dims and size inputs, which AOTAutograd
+    saves for the backward), or None when one of its symbols is not read from the inputs."""
+    import sympy
+
+    expr = size.sym
+    if expr is None:
+        return None
+    sources: list[tuple[Any, int, int | None]] = []  # (symbol, FX input position, axis or None for a size input)
+    positions = {id(t): tr.tensor_inputs[k] for k, t in enumerate(tr.inputs)}
+    for symbol in sorted(expr.free_symbols, key=str):
+        if symbol in tr.size_inputs:
+            sources.append((symbol, tr.size_inputs[symbol], None))
+        elif symbol in tr.size_refs and id(tr.size_refs[symbol][0]) in positions:
+            tensor, axis = tr.size_refs[symbol]
+            sources.append((symbol, positions[id(tensor)], axis))
+        else:
+            return None
+    fn = sympy.lambdify([s for s, _, _ in sources], expr, modules="math")
+
+    def read(args: Sequence[Any]) -> int:
+        return int(fn(*(int(args[p]) if axis is None else args[p].shape[axis] for _, p, axis in sources)))
+
+    return read
 
 
 def _types(node: torch.fx.Node) -> list[Any]:
@@ -66,6 +97,8 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
             val = node.meta.get("val")
             if isinstance(val, torch.SymInt):  # a size known at run time: converters see a SymSize
                 env[node] = SymSize(str(val), position, val.node.expr)
+                if val.node.expr.is_Symbol:
+                    tr.size_inputs.setdefault(val.node.expr, position)
                 continue
             t = on_placeholder(node, g) if on_placeholder is not None else None
             if t is None:
@@ -89,8 +122,9 @@ def translate(gm: torch.fx.GraphModule, on_placeholder: Callable[[torch.fx.Node,
             items = result if isinstance(result, (tuple, list)) else [result]
             for item in items:
                 value = env[item] if isinstance(item, torch.fx.Node) else item
-                if isinstance(value, SymSize) and value.position is None:
-                    raise NotTranslatable(f"output {item} is a size computed at run time ({value.expr})")
+                if isinstance(value, SymSize) and value.position is None and _size_reader(tr, value) is None:
+                    raise NotTranslatable(f"output {item} is a size computed at run time ({value.expr}) from "
+                                          f"sizes the inputs do not give")
                 if value is not None and not isinstance(value, (Tensor, SymSize)):
                     raise NotTranslatable(f"output {item} is not a tensor ({type(value).__name__})")
                 tr.outputs.append(value)
