@@ -55,21 +55,23 @@ def np_conv_bias(x: np.ndarray, w: np.ndarray, b: np.ndarray, strides: tuple[int
     return out + b.astype(np.float64)[None, :, None, None]
 
 
-def _samples(rng: np.random.Generator) -> list[Sample]:
-    def s(x: tuple[int, ...], w: tuple[int, ...], dt: Any, desc: str, **kw: Any) -> Sample:
-        return Sample([rand(rng, x, dt), rand(rng, w, dt), rand(rng, (w[0],), dt)], kw, desc)
+_PAD1 = dict(padding_top=1, padding_bottom=1, padding_left=1, padding_right=1)
+# (x shape, w shape, dtype, description, descriptor fields): conv2d_bias's and conv2d_gradients' geometries
+GEOMETRIES: list[tuple[tuple[int, ...], tuple[int, ...], Any, str, dict[str, Any]]] = [
+    ((2, 3, 6, 5), (4, 3, 3, 3), np.float32, "f32-3x3-pad1", _PAD1),
+    ((1, 4, 9, 8), (6, 4, 3, 2), np.float32, "f32-stride2-dilation2", dict(strides=(2, 2), dilation_rates=(2, 1))),
+    ((2, 4, 5, 5), (6, 2, 3, 3), np.float64, "f64-groups2-pad",
+     dict(padding_top=1, padding_bottom=1, padding_left=2, padding_right=2, groups=2)),
+    ((2, 2, 5, 6), (3, 2, 2, 2), np.float64, "f64-asymmetric-pad",
+     dict(padding_top=0, padding_bottom=1, padding_left=1, padding_right=0)),
+    ((3, 2, 4, 4), (5, 2, 1, 1), np.float64, "f64-1x1", {}),
+    ((1, 3, 7, 7), (3, 1, 3, 3), np.float32, "f32-depthwise-as-groups", dict(groups=3, **_PAD1)),
+]
 
-    pad1 = dict(padding_top=1, padding_bottom=1, padding_left=1, padding_right=1)
-    return [
-        s((2, 3, 6, 5), (4, 3, 3, 3), np.float32, "f32-3x3-pad1", **pad1),
-        s((1, 4, 9, 8), (6, 4, 3, 2), np.float32, "f32-stride2-dilation2", strides=(2, 2), dilation_rates=(2, 1)),
-        s((2, 4, 5, 5), (6, 2, 3, 3), np.float64, "f64-groups2-pad", padding_top=1, padding_bottom=1,
-          padding_left=2, padding_right=2, groups=2),
-        s((2, 2, 5, 6), (3, 2, 2, 2), np.float64, "f64-asymmetric-pad", padding_top=0, padding_bottom=1,
-          padding_left=1, padding_right=0),
-        s((3, 2, 4, 4), (5, 2, 1, 1), np.float64, "f64-1x1"),
-        s((1, 3, 7, 7), (3, 1, 3, 3), np.float32, "f32-depthwise-as-groups", groups=3, **pad1),
-    ]
+
+def _samples(rng: np.random.Generator) -> list[Sample]:
+    return [Sample([rand(rng, x, dt), rand(rng, w, dt), rand(rng, (w[0],), dt)], kw, desc)
+            for x, w, dt, desc, kw in GEOMETRIES]
 
 
 def _ph(g: og.Graph, shape: tuple[int | None, ...], dtype: Any = og.float32) -> og.Tensor:
@@ -173,19 +175,11 @@ def np_conv_gradients(grad: np.ndarray, x: np.ndarray, w: np.ndarray, strides: t
 
 
 def _gradients_samples(rng: np.random.Generator) -> list[Sample]:
-    def s(x: tuple[int, ...], w: tuple[int, ...], dt: Any, desc: str, **kw: Any) -> Sample:
-        a = ConvGradientsAttrs(**kw)
-        y = np.zeros(tuple(_conv_shape(x, w, a)))
-        return Sample([rand(rng, y.shape, dt), rand(rng, x, dt), rand(rng, w, dt)], kw, desc)
+    def sample(x: tuple[int, ...], w: tuple[int, ...], dt: Any, desc: str, kw: dict[str, Any]) -> Sample:
+        y = _conv_shape(x, w, ConvGradientsAttrs(**kw))
+        return Sample([rand(rng, y, dt), rand(rng, x, dt), rand(rng, w, dt)], kw, desc)
 
-    pad1 = dict(padding_top=1, padding_bottom=1, padding_left=1, padding_right=1)
-    return [
-        s((2, 3, 6, 5), (4, 3, 3, 3), np.float32, "f32-3x3-pad1", **pad1),
-        s((1, 4, 9, 8), (6, 4, 3, 2), np.float64, "f64-stride2-dilation2", strides=(2, 2), dilation_rates=(2, 1)),
-        s((2, 4, 5, 5), (6, 2, 3, 3), np.float64, "f64-groups2-asymmetric-pad", padding_top=0, padding_bottom=1,
-          padding_left=2, padding_right=1, groups=2),
-        s((3, 2, 4, 4), (5, 2, 1, 1), np.float32, "f32-1x1"),
-    ]
+    return [sample(*geometry) for geometry in GEOMETRIES]
 
 
 def _conv_shape(x: tuple[int, ...], w: tuple[int, ...], a: Any) -> list[int]:
