@@ -605,3 +605,36 @@ def test_dynamic_dims_that_need_a_static_size_are_unsupported() -> None:
     g, (x, v) = _convert(aten.var.correction, (None, 3), [1], correction=1)  # the reduced axis is static
     data = _t((5, 3), seed=81)
     torch.testing.assert_close(g.run({x: data}, [v])[0], data.var(1))
+
+
+@pytest.mark.parametrize("dim,index", [(1, -2), (0, 0), (2, 4)])
+def test_select_backward_is_a_zero_padding(dim: int, index: int) -> None:
+    """select's gradient (kept whole by the backend where no kernels are generated) against PyTorch's."""
+    from tests.frontends.torch_harness import check_aten
+
+    sizes = [3, 4, 5]
+    grad = torch.randn(*[d for k, d in enumerate(sizes) if k != dim])
+    check_aten(lambda g: torch.ops.aten.select_backward(g, sizes, dim, index), grad,
+               op=torch.ops.aten.select_backward.default)
+
+
+def test_a_split_projections_backward_pads_instead_of_masking_on_the_cpu() -> None:
+    """q, k, v taken from one projection with select (as nn.MultiheadAttention's packed weights are): on the CPU the
+    gradients are placed by zero padding, not by a masked select of a constant mask, with eager's values."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(4, 12)
+    twin = torch.nn.Linear(4, 12)
+    twin.load_state_dict(proj.state_dict())
+
+    def f(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = m(x).unflatten(-1, (3, 4)).permute(2, 0, 1, 3)
+        return (q * k + v).square().sum()
+
+    x = torch.randn(2, 5, 4)
+    with recording() as reports:
+        torch.compile(lambda x: f(proj, x), backend="opgraph")(x).backward()
+    f(twin, x).backward()
+    kernels = [k.op for r in reports if r.kind == "backward" for k in r.executable.kernels()]
+    assert "pad" in kernels and "select" not in kernels, kernels
+    torch.testing.assert_close(proj.weight.grad, twin.weight.grad, rtol=1e-5, atol=1e-5)

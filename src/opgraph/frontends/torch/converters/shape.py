@@ -147,6 +147,22 @@ def _select_scatter(ctx: ConvertContext, x: Tensor, src: Tensor, dim: int, index
     return ctx.g.slice_update(x, cast_to(ctx, src, x.dtype), **_select_args(x, norm_dim(dim, x.rank), index))
 
 
+@converts(aten.select_backward.default)
+def _select_backward(ctx: ConvertContext, grad: Tensor, input_sizes: Any, dim: int, index: Any) -> Tensor:
+    """The gradient of ``select`` placed at ``index`` of a zero tensor of ``input_sizes``: one zero padding (the
+    backend keeps this op whole only where no kernels are generated; elsewhere PyTorch's decomposition, a masked
+    select, fuses)."""
+    sizes = ints(input_sizes, "select_backward sizes")
+    axis = norm_dim(dim, len(sizes))
+    (i,) = ints([index], "select_backward index")
+    i = i + sizes[axis] if i < 0 else i
+    if not 0 <= i < sizes[axis] or grad.rank != len(sizes) - 1:
+        raise Unsupported(f"select_backward at {index} of a dimension of size {sizes[axis]}")
+    left, right = [0] * len(sizes), [0] * len(sizes)
+    left[axis], right[axis] = i, sizes[axis] - i - 1
+    return ctx.g.pad(ctx.g.expand_dims(grad, [axis]), PaddingMode.CONSTANT, left, right, 0.0)
+
+
 @converts(aten.narrow.default, aten.narrow_copy.default)
 def _narrow(ctx: ConvertContext, x: Tensor, dim: int, start: Any, length: Any) -> Tensor:
     axis = norm_dim(dim, x.rank)
