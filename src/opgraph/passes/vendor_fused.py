@@ -195,7 +195,7 @@ def fuse_vendor_calls(program: Program) -> Program:
     pairs = _gradient_pairs(program)
     if not conv_plans and not norm_axes and not pools and not thresholds and not pairs:
         return program
-    new_of: dict[int, Tensor] = {id(t): t for t in program.inputs}  # id(old tensor) -> its value in the new graph
+    new_of: dict[int, Tensor] = {}  # id(old tensor) -> its value in the new graph (placeholders are ops too)
     later: dict[int, Tensor] = {}  # id(the later op of a gradient pair) -> its output, made with the earlier one
     convs = {id(conv) for conv in conv_plans.values()}
     mapped: dict[int, list[Tensor]] = {}
