@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU test suite on a one-GPU CUDA machine in about 7 minutes: two pytest processes side by side, one running the
+# The GPU test suite on a one-GPU CUDA machine: two pytest processes side by side, one running the
 # op, runtime and pass tests and then the rest, the other the model zoo. Not pytest-xdist: several worker processes
 # capturing CUDA graphs and timing tuning candidates on one GPU made ~35 capture tests fail (RESULTS.md, tenth
 # session). Logs go to $OUT (or ./gpu-logs); the exit status is nonzero if either process failed.

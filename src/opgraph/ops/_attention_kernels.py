@@ -50,7 +50,7 @@ def resolved_scale(scale: float | None, head: int) -> float:
 
 def batch_shape(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, ...]:
     a, b, c = q.shape[:-2], k.shape[:-2], v.shape[:-2]
-    if a == b == c:  # the usual case; torch.broadcast_shapes costs ~20 us a call (through torch._refs)
+    if a == b == c:  # the usual case; torch.broadcast_shapes goes through torch._refs (benchmarks/cpu_calls.py)
         return tuple(a)
     return tuple(torch.broadcast_shapes(a, b, c))
 

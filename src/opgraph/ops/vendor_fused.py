@@ -19,7 +19,8 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
   frontend where no kernels are generated, as ``batch_norm_backward`` is.
 * ``threshold_gradient``: ``select(less_equal(x, threshold), 0, g)``, ReLU's gradient as PyTorch's
   decompositions spell ``threshold_backward`` (one pass, where ``less_equal`` and ``select`` make two and the CPU's
-  ``torch.where`` is several times slower than a copy). A NaN x passes g, as ``less_equal`` does.
+  ``torch.where`` is many times slower than a copy: benchmarks/cpu_calls.py). A NaN x passes g, as ``less_equal``
+  does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.dtype import FLOAT_DTYPES, float32, float64
-from ..core.errors import AttributeValueError, ShapeError
+from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.types import TensorType
 from ._rules import expect_arity, expect_dtype, same_dtype
 from .batch_norm import BatchNormTrainingAttrs
@@ -180,14 +181,16 @@ def _bn_backward_rule(a: BatchNormBackwardAttrs, ins: tuple[TensorType, ...]) ->
     gy, x, *stats = ins
     for t in ins:
         expect_dtype(t, FLOAT_DTYPES)
-    if gy.dtype is not x.dtype or gy.shape != x.shape or x.rank < 2:
-        raise ShapeError(f"the incoming gradient must have x's type, x of rank >= 2, got {gy} and {x}")
     st = stat_dtype(x.dtype)
+    if gy.dtype is not x.dtype or any(t.dtype is not st for t in stats):
+        raise DTypeError(f"expects the incoming gradient in x's dtype {x.dtype.name} and mean, inverse standard "
+                         f"deviation and gamma in {st.name}, got {', '.join(t.dtype.name for t in ins)}")
+    if gy.shape != x.shape or x.rank < 2:
+        raise ShapeError(f"the incoming gradient must have x's shape, x of rank >= 2, got {gy} and {x}")
     c = x.shape[1]
     for t in stats:
-        if t.dtype is not st or t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
-            raise ShapeError(f"mean, inverse standard deviation and gamma must be {st.name} of shape ({c},), "
-                             f"got {t}")
+        if t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
+            raise ShapeError(f"mean, inverse standard deviation and gamma must be of shape ({c},), got {t}")
     return x, TensorType((c,), st), TensorType((c,), st)
 
 
@@ -198,9 +201,7 @@ def _bn_backward_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(gy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, invstd: torch.Tensor,
             *gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         w = gamma[0] if gamma else ones(x.shape[1])
-        dx, dw, db = torch.ops.aten.native_batch_norm_backward(gy, x, w, None, None, mean, invstd, True, 0.0,
-                                                               [True, True, True])
-        return dx, dw, db
+        return torch.ops.aten.native_batch_norm_backward(gy, x, w, None, None, mean, invstd, True, 0.0, [True] * 3)
 
     return run
 
@@ -254,8 +255,7 @@ def _ln_forward_lower(ctx: LowerContext) -> Callable[..., Any]:
     def run(x: torch.Tensor, *affine: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         w = affine[0] if gamma else None
         b = affine[1] if beta else None
-        y, mean, rstd = torch.ops.aten.native_layer_norm(x, x.shape[x.dim() - k:], w, b, a.epsilon)
-        return y, mean, rstd
+        return torch.ops.aten.native_layer_norm(x, x.shape[x.dim() - k:], w, b, a.epsilon)
 
     return run
 
@@ -283,9 +283,7 @@ def _ln_backward_lower(ctx: LowerContext) -> Callable[..., Any]:
 
     def run(gy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, w: torch.Tensor,
             b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dx, dw, db = torch.ops.aten.native_layer_norm_backward(gy, x, x.shape[x.dim() - k:], mean, rstd, w, b,
-                                                               [True, True, True])
-        return dx, dw, db
+        return torch.ops.aten.native_layer_norm_backward(gy, x, x.shape[x.dim() - k:], mean, rstd, w, b, [True] * 3)
 
     return run
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ....core.dtype import DType, bool_, float32, from_torch, int64
+from ....core.dtype import DType, bool_, float32, float64, from_torch, int64
 from ....ir.graph import Tensor
 from ....ops._padding import shape_or_like
 from ....ops.conv import Conv2dDescriptor, Conv3dDescriptor
@@ -536,7 +536,7 @@ def _batch_norm_backward(ctx: ConvertContext, gy: Tensor, x: Tensor, w: Tensor |
 def _vendor_layer_norm(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: Tensor | None) -> bool:
     """Where no kernels are generated: float32/float64 layer norms with static normalised dims and parameters of
     x's dtype run as PyTorch's calls (beta only with gamma)."""
-    return ctx.vendor_ops and x.dtype.name in ("float32", "float64") and not (w is None and b is not None) \
+    return ctx.vendor_ops and x.dtype in (float32, float64) and not (w is None and b is not None) \
         and all(t is None or t.dtype is x.dtype for t in (w, b)) and x.type.is_static
 
 
