@@ -13,8 +13,8 @@ export PYTHONUNBUFFERED=1
 core="tests/ops/test_ops_gpu.py tests/runtime/test_cuda_graphs.py tests/frontends/test_replays_gpu.py tests/passes/test_decompose.py"
 zoo=tests/frontends/test_model_zoo_gpu.py
 ignore=$(for f in $core $zoo; do printf -- '--ignore=%s ' "$f"; done)
-(python3 -m pytest -m gpu -o addopts= -q -rf $core > "$logs/gpu_core.log" 2>&1 &&
- python3 -m pytest -m gpu -o addopts= -q -rf tests $ignore > "$logs/gpu_rest.log" 2>&1) &
+(python3 -m pytest -m gpu -o addopts= -q -rf $core > "$logs/gpu_core.log" 2>&1; first=$?
+ python3 -m pytest -m gpu -o addopts= -q -rf tests $ignore > "$logs/gpu_rest.log" 2>&1; exit $(( first || $? ))) &
 suite=$!
 TRITON_CACHE_DIR=${TMPDIR:-/tmp}/opgraph-zoo-cache python3 -m pytest -m gpu -o addopts= -q -rf $zoo > "$logs/gpu_zoo.log" 2>&1 &
 models=$!

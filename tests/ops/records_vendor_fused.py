@@ -365,7 +365,9 @@ RECORDS = [
     OpInfo("conv2d_gradients", (CONV2D_GRADIENTS,), _gradients_build, _gradients_samples, np_conv_gradients,
            errors=GRADIENTS_ERRORS, tol={torch.float32: (3e-5, 3e-5)}, gpu_tol={torch.float32: (2e-3, 2e-3)}),
     OpInfo("batch_norm_backward", (BATCH_NORM_BACKWARD,), _bn_backward_build, _bn_backward_samples,
-           np_batch_norm_backward, errors=BN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)}),
+           np_batch_norm_backward, errors=BN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)},
+           # CUDA's kernel for 16-bit inputs sums dgamma/dbeta less exactly (as batch_norm_training_gradient's record)
+           gpu_tol={torch.float32: (5e-3, 1e-2)}),
     OpInfo("layer_norm_forward", (LAYER_NORM_FORWARD,), _ln_forward_build, _ln_forward_samples, np_layer_norm_forward,
            errors=LN_ERRORS, tol={torch.float32: (1e-5, 1e-5)}),
     OpInfo("layer_norm_backward", (LAYER_NORM_BACKWARD,), _ln_backward_build, _ln_backward_samples,

@@ -462,26 +462,29 @@ def test_batch_norm_keeps_its_vendor_kernel_on_the_cpu_by_default_and_with_dynam
     torch.testing.assert_close(got[1], x.mean((0, 2, 3)))
 
 
-def test_batch_norm_regions_default_to_16_bit_inputs_on_cuda() -> None:
-    """``batch_norm_regions=None``: on CUDA only the batch norms of 16-bit inputs are decomposed (measured faster
-    there, a tie in float32); on the CPU none; ``True``/``False`` override."""
+def test_batch_norm_regions_default_on_cuda_up_to_float32() -> None:
+    """``batch_norm_regions=None``: on CUDA the batch norms of 16- and 32-bit inputs are decomposed (measured
+    faster; float64 keeps the vendor kernel); on the CPU none; ``True``/``False`` override."""
     from opgraph.runtime.compile import batch_norm_regions
 
     g = og.Graph()
     half = g.placeholder((8, 4, 3, 3), og.bfloat16, name="half")
     full = g.placeholder((8, 4, 3, 3), og.float32, name="full")
+    double = g.placeholder((8, 4, 3, 3), og.float64, name="double")
     y16, _, _ = g.batch_norm_training(half, axis=1, name="bn16")
     y32, _, _ = g.batch_norm_training(full, axis=1, name="bn32")
-    program = Program(g, [half, full], [y16, y32], [])
+    y64, _, _ = g.batch_norm_training(double, axis=1, name="bn64")
+    program = Program(g, [half, full, double], [y16, y32, y64], [])
 
     def kept(choice: object) -> list[str]:
         out = decompose_for_fusion(program, batch_norm=choice)  # type: ignore[arg-type]
         return [o.name for o in out.graph.ops if o.op.name == "batch_norm_training"]
 
-    assert kept(batch_norm_regions(og.CompilationDescriptor(), "cuda")) == ["bn32"]
-    assert kept(batch_norm_regions(og.CompilationDescriptor(), "cpu")) == ["bn16", "bn32"]
+    assert kept(batch_norm_regions(og.CompilationDescriptor(), "cuda")) == ["bn64"]
+    assert kept(batch_norm_regions(og.CompilationDescriptor(), "cpu")) == ["bn16", "bn32", "bn64"]
     assert kept(batch_norm_regions(og.CompilationDescriptor(batch_norm_regions=True), "cpu")) == []
-    assert kept(batch_norm_regions(og.CompilationDescriptor(batch_norm_regions=False), "cuda")) == ["bn16", "bn32"]
+    assert kept(batch_norm_regions(og.CompilationDescriptor(batch_norm_regions=False), "cuda")) == [
+        "bn16", "bn32", "bn64"]
 
 
 def test_batch_norm_training_step_through_the_decomposition() -> None:
@@ -549,8 +552,8 @@ def test_group_norm_on_cuda(shape: tuple[int, ...], groups: int, dtype: og.DType
 
 
 @pytest.mark.gpu
-def test_default_descriptor_puts_16_bit_batch_norms_in_regions_on_cuda() -> None:
-    for dtype, vendor in ((og.bfloat16, False), (og.float32, True)):
+def test_default_descriptor_puts_16_and_32_bit_batch_norms_in_regions_on_cuda() -> None:
+    for dtype, vendor in ((og.bfloat16, False), (og.float32, False), (og.float64, True)):
         g, feeds, outs = _bn_graph((16, 8, 8, 32), 3, True, dtype)
         exe = g.compile({t: t.type for t in feeds}, outs, device="cuda", descriptor=og.CompilationDescriptor())
         assert ("batch_norm_training" in _names(exe)) is vendor, (dtype, _names(exe))

@@ -21,7 +21,7 @@ norms), to be worth a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
 (group_norm, softmax_cross_entropy, and batch_norm_training as ``CompilationDescriptor.batch_norm_regions``
-chooses: by default those of 16-bit inputs on CUDA) are rewritten, so they fuse too (only here: with fusion on).
+chooses: by default those of 16- and 32-bit inputs on CUDA) are rewritten, so they fuse too (only here: with fusion on).
 """
 
 from __future__ import annotations

@@ -61,9 +61,9 @@ class CompilationDescriptor:
     ``batch_norm_regions``: with fusion, ``batch_norm_training`` is computed in generated kernels (its statistics
     as one reduction region, the normalisation with the elementwise ops after it, as a ReLU) instead of the
     vendor's batch-norm kernel (cuDNN) and a kernel per op after it. ``True``: every batch norm; ``None``
-    (default): on CUDA, those of 16-bit inputs (a bfloat16-autocast ResNet-50 training step on an H200: 26.65
-    against 30.01 ms, seventh session; float32 regions measured 35.99 against 39.25 ms in the eighth, but stay
-    off by default until the model zoo has run with them; ``benchmarks/RESULTS.md``); ``False``: none.
+    (default): on CUDA, those of 16- and 32-bit inputs (ResNet-50 training steps on an H200: bfloat16 autocast
+    26.65 against 30.01 ms, seventh session; float32 34.92 against 38.89 ms, eleventh, once split statistics
+    kernels were compiled without FMA contraction; ``benchmarks/RESULTS.md``); ``False``: none.
     """
 
     optimization_level: int = 1
@@ -162,7 +162,7 @@ def batch_norm_regions(descriptor: CompilationDescriptor, device_kind: str) -> B
         return descriptor.batch_norm_regions
     if device_kind != "cuda":
         return False
-    return lambda op: op.inputs[0].dtype.bits == 16  # float16 as bfloat16: the same bytes (measured: bfloat16)
+    return lambda op: op.inputs[0].dtype.bits <= 32  # float64 keeps the vendor kernel (no float64 split sums)
 
 
 def _check_interpreter_possible() -> None:

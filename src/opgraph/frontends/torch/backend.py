@@ -42,7 +42,7 @@ class TorchOptions:
     warn_fallbacks: bool = True
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
     channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
-    batch_norm_regions: bool | None = None  # batch norm in generated kernels, not cuDNN's (None: 16-bit on CUDA)
+    batch_norm_regions: bool | None = None  # batch norm in generated kernels, not cuDNN's (None: up to 32-bit on CUDA)
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
