@@ -7,8 +7,10 @@ from .epilogue import fuse_matmul_epilogues
 from .manager import Pass, PassRecord, run_pipeline
 from .memory_plan import MemoryPlan, ValueInfo, plan_memory
 from .program import DROP, Program, rewrite
+from .transpose_product import transpose_products
 
 __all__ = ["DROP", "Pass", "PassRecord", "Program", "common_subexpression_elimination", "constant_folding",
            "dead_code_elimination", "rewrite", "run_pipeline"]
 __all__ += ["fuse_matmul_epilogues"]
 __all__ += ["MemoryPlan", "ValueInfo", "plan_memory"]
+__all__ += ["transpose_products"]

@@ -21,6 +21,7 @@ from ..passes import (
     dead_code_elimination,
     rewrite,
     run_pipeline,
+    transpose_products,
 )
 from ..passes.decompose import BatchNormChoice
 
@@ -96,6 +97,7 @@ class CompilationDescriptor:
             Pass("dead_code_elimination", dead_code_elimination),
             Pass("common_subexpression_elimination", common_subexpression_elimination),
             Pass("constant_folding", lambda p: constant_folding(p, self.constant_fold_limit)),
+            Pass("transpose_products", transpose_products),
             Pass("common_subexpression_elimination", common_subexpression_elimination),
             Pass("dead_code_elimination", dead_code_elimination),
         ]

@@ -638,14 +638,6 @@ def _softmax_backward(ctx: ConvertContext, gy: Tensor, y: Tensor, dim: int, inpu
     return _cast(ctx, dx, from_torch(input_dtype))
 
 
-@converts(aten._log_softmax_backward_data.default)
-def _log_softmax_backward(ctx: ConvertContext, gy: Tensor, y: Tensor, dim: int, input_dtype: torch.dtype) -> Tensor:
-    g = ctx.g  # dy - exp(y) * sum(dy)
-    _floating(gy, y)
-    dx = g.subtract(gy, g.multiply(g.exp(y), g.reduce_sum(gy, dim, keepdims=True)))
-    return _cast(ctx, dx, from_torch(input_dtype))
-
-
 # ---- embedding ----------------------------------------------------------------------------------------
 @converts(aten.embedding.default)
 def _embedding(ctx: ConvertContext, weight: Tensor, indices: Tensor, padding_idx: int = -1,

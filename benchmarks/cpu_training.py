@@ -1,0 +1,97 @@
+"""Training steps on the CPU: eager PyTorch against ``torch.compile(backend="opgraph")`` on the models of
+``opgraph bench --quick`` (forward, cross-entropy, backward, SGD with momentum), interleaved so that both see the
+same load on a shared machine (``_timing.interleaved``: ``--repeats`` rounds of ``--iters`` steps each, the order
+rotating). A cell gives the median ms per step over the rounds, the range, the ratio (``> 1``: opgraph faster),
+and the ATen calls of one step of each (from the profiler; opgraph's run inside its executables).
+
+    python benchmarks/cpu_training.py
+    python benchmarks/cpu_training.py --models bert --dtypes float32 --iters 10 --repeats 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opgraph.cli._bench_models import MODELS, WithLoss, make_data, without_dropout
+from opgraph.cli._table import format_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import interleaved  # noqa: E402
+
+
+def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                  bf16: bool) -> Callable[[], None]:
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = fn(x, y)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
+    """Outermost ATen calls one call of ``fn`` makes (the profiler's top-level ``aten::`` events)."""
+    with torch.profiler.profile() as prof:
+        for _ in range(runs):
+            fn()
+    outermost = [e for e in prof.events() if e.name.startswith("aten::")
+                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return len(outermost) // runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="tiny_cnn,bert,tiny_vgg,tiny_transformer",
+                   help="comma-separated models of opgraph bench, at its --quick sizes")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="float32 and/or bfloat16 (autocast)")
+    p.add_argument("--iters", type=int, default=10, help="steps per round")
+    p.add_argument("--repeats", type=int, default=5, help="rounds (the median of these is reported)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch")
+    args = p.parse_args(argv)
+    unknown = [m for m in args.models.split(",") if m not in MODELS]
+    if unknown:
+        p.error(f"unknown models {unknown}: choose from {sorted(MODELS)}")
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        m = MODELS[name]
+        size, batch = m.sizes(True)
+        for dtype in args.dtypes.split(","):
+            torch.manual_seed(0)
+            model = without_dropout(m.build(True)).train()
+            x, y = make_data(m, batch, size, torch.device("cpu"))
+            torch._dynamo.reset()
+            module = WithLoss(model)
+            compiled = torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
+            steps = {b: training_step(model, fn, x, y, dtype == "bfloat16")
+                     for b, fn in (("eager", module), ("opgraph", compiled))}
+            times = interleaved(steps, args.iters, args.repeats, lambda: None)
+            calls = {b: aten_calls(fn) for b, fn in steps.items()}
+            e, o = (sorted(t * 1e3 for t in times[b]) for b in ("eager", "opgraph"))
+            rows.append([name, dtype, str(batch), f"{statistics.median(e):.2f} ({e[0]:.2f}-{e[-1]:.2f})",
+                         f"{statistics.median(o):.2f} ({o[0]:.2f}-{o[-1]:.2f})",
+                         f"{statistics.median(e) / statistics.median(o):.2f}x",
+                         f"{calls['eager']} / {calls['opgraph']}"])
+            print(f"  {name} {dtype}: done", flush=True)
+    print(f"median ms per step (range) over {args.repeats} interleaved rounds of {args.iters} steps, "
+          f"{args.threads} thread(s)")
+    print(format_table(["model", "dtype", "batch", "eager ms", "opgraph ms", "opgraph vs eager",
+                        "ATen calls eager / og"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

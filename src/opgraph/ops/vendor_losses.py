@@ -1,0 +1,122 @@
+"""Loss gradients as PyTorch's one call each, for where no kernels are generated (the CPU). The torch frontend makes
+them when ``ConvertContext.vendor_ops`` is set. Over a language model's vocabulary, the spellings that PyTorch's
+decompositions give are a pass over (tokens, vocabulary) per elementwise op: ``exp``, two ``mul``, ``sub``, a zero
+fill and a one-hot scatter. On a 2-core CPU they cost ~22 ms of a 60 ms BERT step (RESULTS.md, eleventh session).
+
+* ``log_softmax_gradient(gy, y)``: ``gy - exp(y) * sum(gy, axis)``, the gradient of ``y = log_softmax(x, axis)``
+  (PyTorch's ``_log_softmax_backward_data``).
+* ``nll_loss_gradient(gy, x, target, total_weight[, weight])``: the gradient of the negative log-likelihood
+  ``-w[t] x[n, t]`` with respect to ``x`` (PyTorch's ``nll_loss_backward``): ``-w[t] * gy`` at each target
+  (divided by ``total_weight`` for the mean), 0 elsewhere and for ``ignore_index``.
+
+>>> import opgraph as og, torch
+>>> g = og.Graph()
+>>> gy, y = g.placeholder((1, 2)), g.placeholder((1, 2))
+>>> dx = g._apply(LOG_SOFTMAX_GRADIENT, [gy, y], LogSoftmaxGradientAttrs(axis=1))
+>>> logp = torch.tensor([[0.25, 0.75]]).log()
+>>> g.run({gy: [[1.0, 0.0]], y: logp}, [dx])[0].tolist()
+[[0.75, -0.75]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..core.dtype import FLOAT_DTYPES, int64
+from ..core.errors import AttributeValueError, DTypeError, ShapeError
+from ..core.types import TensorType
+from ._rules import expect_arity, expect_dtype, same_dtype
+from .registry import FusionKind, LowerContext, OpDef, attrs
+
+
+def _same_dims(a: TensorType, b: TensorType, what: str) -> None:
+    if a.rank != b.rank or any(m is not None and n is not None and m != n for m, n in zip(a.shape, b.shape,
+                                                                                         strict=True)):
+        raise ShapeError(f"{what} must have one shape, got {a.shape} and {b.shape}")
+
+
+# ---- log_softmax_gradient ---------------------------------------------------------------------------------------
+@attrs
+class LogSoftmaxGradientAttrs:
+    axis: int = -1
+
+
+def _log_softmax_rule(a: LogSoftmaxGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    expect_arity(ins, 2)
+    same_dtype(ins)
+    for t in ins:
+        expect_dtype(t, FLOAT_DTYPES)
+    gy, y = ins
+    _same_dims(gy, y, "the incoming gradient and log_softmax's result")
+    if isinstance(a.axis, bool) or not isinstance(a.axis, int) or not -max(y.rank, 1) <= a.axis < max(y.rank, 1):
+        raise AttributeValueError(f"axis must be an int in [-{max(y.rank, 1)}, {max(y.rank, 1)}), got {a.axis!r}")
+    return y
+
+
+def _log_softmax_lower(ctx: LowerContext) -> Callable[..., Any]:
+    axis = ctx.attrs.axis % max(ctx.in_types[1].rank, 1)
+    return lambda gy, y: torch._log_softmax_backward_data(gy, y, axis, y.dtype)
+
+
+LOG_SOFTMAX_GRADIENT = OpDef("log_softmax_gradient", infer=_log_softmax_rule, lower=_log_softmax_lower,
+                             attrs=LogSoftmaxGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                             doc="gy - exp(y) * sum(gy, axis): the gradient of y = log_softmax(x) in one call")
+
+
+# ---- nll_loss_gradient ------------------------------------------------------------------------------------------
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # ATen's enum
+
+
+@attrs
+class NllLossGradientAttrs:
+    reduction: str = "mean"
+    ignore_index: int = -100
+    has_weight: bool = False
+
+
+def _nll_rule(a: NllLossGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    if a.reduction not in REDUCTIONS:
+        raise AttributeValueError(f"reduction must be one of {sorted(REDUCTIONS)}, got {a.reduction!r}")
+    if isinstance(a.ignore_index, bool) or not isinstance(a.ignore_index, int) or not isinstance(a.has_weight, bool):
+        raise AttributeValueError(f"ignore_index must be an int and has_weight a bool, got {a.ignore_index!r} and "
+                                  f"{a.has_weight!r}")
+    expect_arity(ins, 4 + a.has_weight)
+    gy, x, target, total, *weight = ins
+    same_dtype((gy, x, total, *weight))
+    expect_dtype(x, FLOAT_DTYPES)
+    if target.dtype is not int64:
+        raise DTypeError(f"expects int64 targets, got {target.dtype.name}")
+    if x.rank not in (1, 2) or target.rank != x.rank - 1 or (x.rank == 2 and None not in (x.shape[0], target.shape[0])
+                                                             and x.shape[0] != target.shape[0]):
+        raise ShapeError(f"x must be (N, C) with targets (N,) or (C,) with a scalar target, got {x} and {target}")
+    per_item = a.reduction == "none" and x.rank == 2
+    if (gy.shape != target.shape) if per_item else gy.rank != 0:
+        raise ShapeError(f"the incoming gradient must be {'(N,)' if per_item else 'a scalar'} for reduction "
+                         f"{a.reduction!r}, got {gy}")
+    if total.rank != 0 or any(w.rank != 1 or None not in (w.shape[0], x.shape[-1]) and w.shape[0] != x.shape[-1]
+                              for w in weight):
+        raise ShapeError(f"total_weight must be a scalar and weight (C,), got {total} and {weight}")
+    return x
+
+
+def _nll_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: NllLossGradientAttrs = ctx.attrs
+    reduction = REDUCTIONS[a.reduction]
+
+    def run(gy: torch.Tensor, x: torch.Tensor, target: torch.Tensor, total: torch.Tensor,
+            *weight: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.nll_loss_backward(gy, x, target, weight[0] if weight else None, reduction,
+                                                a.ignore_index, total)
+
+    return run
+
+
+NLL_LOSS_GRADIENT = OpDef("nll_loss_gradient", infer=_nll_rule, lower=_nll_lower, attrs=NllLossGradientAttrs,
+                          fusion=FusionKind.OPAQUE, differentiable=False,
+                          doc="the gradient of the negative log-likelihood loss with respect to the log-probabilities")
+
+__all__ = ["LOG_SOFTMAX_GRADIENT", "NLL_LOSS_GRADIENT", "REDUCTIONS", "LogSoftmaxGradientAttrs",
+           "NllLossGradientAttrs"]

@@ -1,0 +1,120 @@
+"""Records for ops/vendor_losses.py (made by the torch frontend; built here directly from their attributes). The
+oracles are the formulas in NumPy float64: ``gy - exp(y) * sum(gy)`` for log_softmax_gradient, and the negative
+weight times the incoming gradient at each target (over the total weight for the mean) for nll_loss_gradient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import opgraph as og
+from opgraph.ops.vendor_losses import (
+    LOG_SOFTMAX_GRADIENT,
+    NLL_LOSS_GRADIENT,
+    LogSoftmaxGradientAttrs,
+    NllLossGradientAttrs,
+)
+
+from .opinfo import ErrorCase, OpInfo, Sample, rand
+
+
+def _ph(g: og.Graph, shape: tuple[int, ...], dtype: og.DType = og.float32) -> og.Tensor:
+    return g.placeholder(shape, dtype)
+
+
+# ---- log_softmax_gradient ---------------------------------------------------------------------------------------
+def _ls_build(g: og.Graph, gy: og.Tensor, y: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(LOG_SOFTMAX_GRADIENT, [gy, y], LogSoftmaxGradientAttrs(**kw))
+
+
+def np_log_softmax_gradient(gy: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    gy64, y64 = gy.astype(np.float64), y.astype(np.float64)
+    return gy64 - np.exp(y64) * gy64.sum(axis=axis, keepdims=True)
+
+
+def _log_probs(rng: np.random.Generator, shape: tuple[int, ...], axis: int, dtype: Any = np.float32) -> Any:
+    x = rng.uniform(-3.0, 3.0, shape)
+    x = x - np.log(np.exp(x).sum(axis=axis, keepdims=True))  # a real log_softmax: exp sums to 1 along axis
+    return x.astype(dtype) if dtype is not torch.bfloat16 else torch.from_numpy(x.astype(np.float32)).bfloat16()
+
+
+def _ls_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample([rand(rng, (4, 7)), _log_probs(rng, (4, 7), 1)], {"axis": 1}, "f32-rows"),
+        Sample([rand(rng, (3, 5, 2), np.float64), _log_probs(rng, (3, 5, 2), 1, np.float64)], {"axis": -2},
+               "f64-middle-axis"),
+        Sample([rand(rng, (2, 6), torch.bfloat16), _log_probs(rng, (2, 6), 1, torch.bfloat16)], {"axis": 1}, "bf16"),
+        Sample([rand(rng, (0, 3)), rand(rng, (0, 3))], {"axis": 1}, "empty"),
+    ]
+
+
+LS_ERRORS = [
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError, "one shape", "shapes"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3), og.float64)), og.DTypeError, "one dtype",
+              "mixed-dtypes"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32)), og.DTypeError, "int32",
+              "integer"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3)), axis=2), og.AttributeValueError,
+              "axis must be an int", "axis"),
+]
+
+
+# ---- nll_loss_gradient ------------------------------------------------------------------------------------------
+def _nll_build(g: og.Graph, *ins: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(NLL_LOSS_GRADIENT, list(ins), NllLossGradientAttrs(has_weight=len(ins) == 5, **kw))
+
+
+def np_nll_loss_gradient(gy: np.ndarray, x: np.ndarray, target: np.ndarray, total: np.ndarray, *weight: np.ndarray,
+                         reduction: str = "mean", ignore_index: int = -100) -> np.ndarray:
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.zeros(rows.shape, np.float64)
+    targets = np.asarray(target).reshape(-1)
+    grads = np.broadcast_to(np.asarray(gy, np.float64).reshape(-1), targets.shape)
+    for n, t in enumerate(targets):
+        if t == ignore_index:
+            continue
+        w = float(weight[0][t]) if weight else 1.0
+        out[n, t] = -w * grads[n] / (float(total) if reduction == "mean" else 1.0)
+    return out.reshape(x.shape)
+
+
+def _nll_samples(rng: np.random.Generator) -> list[Sample]:
+    def case(n: int, c: int, reduction: str, dtype: Any = np.float32, weighted: bool = False,
+             ignore: int = -100) -> list[Any]:
+        target = rng.integers(0, c, n).astype(np.int64)
+        if ignore >= 0:
+            target[0] = ignore
+        gy = rand(rng, (n,) if reduction == "none" else (), dtype)
+        ins = [gy, rand(rng, (n, c), dtype), target, np.asarray(rng.uniform(1.0, 3.0), dtype)]
+        return ins + ([rng.uniform(0.5, 2.0, c).astype(dtype)] if weighted else [])
+
+    return [
+        Sample(case(5, 4, "mean"), {}, "f32-mean"),
+        Sample(case(6, 3, "sum", np.float64, weighted=True), {"reduction": "sum"}, "f64-sum-weighted"),
+        Sample(case(4, 5, "none", ignore=2), {"reduction": "none", "ignore_index": 2}, "f32-none-ignore"),
+        Sample([np.asarray(0.5, np.float32), rand(rng, (3,)), np.asarray(1, np.int64), np.asarray(1.0, np.float32)],
+               {}, "f32-one-sample"),
+    ]
+
+
+NLL_ERRORS = [
+    ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (2,), og.int32), _ph(g, ())),
+              og.DTypeError, "int64 targets", "int32-targets"),
+    ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (3,), og.int64), _ph(g, ())),
+              og.ShapeError, "targets", "target-count"),
+    ErrorCase(lambda g: _nll_build(g, _ph(g, (2,)), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ())),
+              og.ShapeError, "a scalar", "mean-of-a-vector-gradient"),
+    ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ()),
+                                   reduction="avg"), og.AttributeValueError, "reduction must be", "reduction"),
+    ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ()), _ph(g, (4,))),
+              og.ShapeError, "weight", "weight-size"),
+]
+
+RECORDS = [
+    OpInfo("log_softmax_gradient", (LOG_SOFTMAX_GRADIENT,), _ls_build, _ls_samples, np_log_softmax_gradient,
+           errors=LS_ERRORS),
+    OpInfo("nll_loss_gradient", (NLL_LOSS_GRADIENT,), _nll_build, _nll_samples, np_nll_loss_gradient,
+           errors=NLL_ERRORS),
+]
