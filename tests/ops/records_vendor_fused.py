@@ -1,8 +1,8 @@
 """Records for the ops of ops/vendor_fused.py (made by the compiler; built here directly from their attributes).
 conv2d_bias's oracle is a direct convolution in NumPy float64 (every kernel tap's strided window of the padded
 input, contracted per group), conv2d_gradients' the same windows contracted with the incoming gradient;
-batch_norm_inference's the formula in float64, batch_norm_backward's and the layer norms' too; threshold_gradient's
-``np.where``."""
+batch_norm_inference's the formula in float64, batch_norm_backward's, batch_norm_update's and the layer norms'
+too; threshold_gradient's ``np.where``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import opgraph as og
 from opgraph.ops.vendor_fused import (
     BATCH_NORM_BACKWARD,
     BATCH_NORM_INFERENCE,
+    BATCH_NORM_UPDATE,
     CONV2D_BIAS,
     CONV2D_GRADIENTS,
     LAYER_NORM_BACKWARD,
@@ -22,6 +23,7 @@ from opgraph.ops.vendor_fused import (
     THRESHOLD_GRADIENT,
     BatchNormBackwardAttrs,
     BatchNormInferenceAttrs,
+    BatchNormUpdateAttrs,
     ConvBiasAttrs,
     ConvGradientsAttrs,
     LayerNormVendorAttrs,
@@ -251,6 +253,58 @@ BN_BACKWARD_ERRORS = [
 ]
 
 
+def _bn_update_build(g: og.Graph, *xs: og.Tensor, **kw: Any) -> list[og.Tensor]:
+    return g._apply_multi(BATCH_NORM_UPDATE, list(xs), BatchNormUpdateAttrs(**kw))
+
+
+def np_batch_norm_update(x: Any, *per_channel: np.ndarray, momentum: float = 0.1, epsilon: float = 1e-5,
+                         has_gamma: bool = False, has_beta: bool = False) -> list[np.ndarray]:
+    """y, the batch mean and 1 / sqrt(biased variance + eps), and the running statistics moved by ``momentum``
+    towards the mean and the unbiased variance, over all dims but axis 1."""
+    x = np.asarray(x.float() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    *params, rm, rv = (np.asarray(v, np.float64) for v in per_channel)
+    axes = (0, *range(2, x.ndim))
+    shape = [1] * x.ndim
+    shape[1] = -1
+    mean, var = x.mean(axes), x.var(axes)
+    r = 1.0 / np.sqrt(var + epsilon)
+    y = (x - mean.reshape(shape)) * r.reshape(shape)
+    if has_gamma:
+        y = y * params[0].reshape(shape)
+    if has_beta:
+        y = y + params[-1].reshape(shape)
+    n = x.size // x.shape[1]
+    return [y, mean, r, (1 - momentum) * rm + momentum * mean, (1 - momentum) * rv + momentum * var * n / (n - 1)]
+
+
+def _bn_update_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(x: tuple[int, ...], dt: Any, desc: str, gamma: bool = True, beta: bool = True, **kw: Any) -> Sample:
+        c, st = x[1], np.float32 if dt is torch.bfloat16 else dt
+        params = [rand(rng, (c,), st) for flag in (gamma, beta) if flag]
+        running = [rand(rng, (c,), st), rand(rng, (c,), st, low=0.5, high=2.0)]
+        return Sample([rand(rng, x, dt), *params, *running], {"has_gamma": gamma, "has_beta": beta, **kw}, desc)
+
+    return [
+        s((2, 3, 4, 5), np.float32, "f32-nchw"),
+        s((5, 3), np.float64, "f64-2d", momentum=0.3, epsilon=1e-3),
+        s((2, 4, 3, 3), np.float64, "f64-no-affine", gamma=False, beta=False),
+        s((2, 3, 4, 4), torch.bfloat16, "bf16-float32-statistics", beta=False),
+    ]
+
+
+BN_UPDATE_ERRORS = [
+    ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3, 4)), _ph(g, (4,)), _ph(g, (4,))), og.ShapeError,
+              "running statistics must be", "stats-length"),
+    ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3), og.bfloat16), _ph(g, (3,), og.bfloat16),
+                                         _ph(g, (3,), og.bfloat16)), og.ShapeError, "float32 of shape",
+              "16-bit-statistics"),
+    ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3)), _ph(g, (3,)), _ph(g, (3,)), momentum=2.0),
+              og.AttributeValueError, "momentum must be", "momentum"),
+    ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3)), _ph(g, (3,))), og.ShapeError, "expects 3 inputs",
+              "arity"),
+]
+
+
 def _ln_forward_build(g: og.Graph, *xs: og.Tensor, **kw: Any) -> list[og.Tensor]:
     return g._apply_multi(LAYER_NORM_FORWARD, list(xs), LayerNormVendorAttrs(**kw))
 
@@ -368,6 +422,8 @@ RECORDS = [
            np_batch_norm_backward, errors=BN_BACKWARD_ERRORS, tol={torch.float32: (1e-4, 1e-4)},
            # CUDA's kernel for 16-bit inputs sums dgamma/dbeta less exactly (as batch_norm_training_gradient's record)
            gpu_tol={torch.float32: (5e-3, 1e-2)}),
+    OpInfo("batch_norm_update", (BATCH_NORM_UPDATE,), _bn_update_build, _bn_update_samples, np_batch_norm_update,
+           errors=BN_UPDATE_ERRORS, tol={torch.float32: (1e-4, 1e-5)}),
     OpInfo("layer_norm_forward", (LAYER_NORM_FORWARD,), _ln_forward_build, _ln_forward_samples, np_layer_norm_forward,
            errors=LN_ERRORS, tol={torch.float32: (1e-5, 1e-5)}),
     OpInfo("layer_norm_backward", (LAYER_NORM_BACKWARD,), _ln_backward_build, _ln_backward_samples,

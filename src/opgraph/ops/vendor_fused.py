@@ -14,6 +14,10 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
 * ``batch_norm_backward``: PyTorch's ``native_batch_norm_backward`` in training, ``(dx, dgamma, dbeta)`` from the
   saved mean and inverse standard deviation, one call; made by the PyTorch frontend where no kernels are generated
   (elsewhere its converter spells it with elementwise ops and two sums, which fuse into regions).
+* ``batch_norm_update``: PyTorch's ``_native_batch_norm_legit_functional`` in training, the normalised result, the
+  batch mean and inverse standard deviation, and the running mean and variance moved by ``momentum`` (the variance
+  unbiased), one call where the converter otherwise spells the update as ~10 elementwise ops; made by the PyTorch
+  frontend where no kernels are generated.
 * ``layer_norm_forward`` / ``layer_norm_backward``: PyTorch's ``native_layer_norm`` (the result and the mean and
   inverse standard deviation it saves) and its backward, float32 and float64, one call each; made by the PyTorch
   frontend where no kernels are generated, as ``batch_norm_backward`` is.
@@ -212,6 +216,51 @@ BATCH_NORM_BACKWARD = OpDef("batch_norm_backward", infer=_bn_backward_rule, lowe
                                 "inverse standard deviation, as PyTorch's native_batch_norm_backward")
 
 
+# ---- batch_norm_update ------------------------------------------------------------------------------------------
+@attrs
+class BatchNormUpdateAttrs:
+    momentum: float = 0.1
+    epsilon: float = 1e-5
+    has_gamma: bool = False
+    has_beta: bool = False
+
+
+def _bn_update_rule(a: BatchNormUpdateAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
+    check_flags(has_gamma=a.has_gamma, has_beta=a.has_beta)
+    if isinstance(a.momentum, bool) or not isinstance(a.momentum, (int, float)) or not 0 <= a.momentum <= 1:
+        raise AttributeValueError(f"momentum must be a number in [0, 1], got {a.momentum!r}")
+    expect_arity(ins, 3 + a.has_gamma + a.has_beta)
+    x, *per_channel = ins
+    check_bn_attrs(1, a.epsilon, x)
+    st = stat_dtype(x.dtype)
+    c = x.shape[1]
+    for t in per_channel:
+        if t.dtype is not st or t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
+            raise ShapeError(f"gamma, beta and the running statistics must be {st.name} of shape ({c},), got {t}")
+    stat = TensorType((c,), st)
+    return x, stat, stat, stat, stat
+
+
+def _bn_update_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: BatchNormUpdateAttrs = ctx.attrs
+    momentum, eps = float(a.momentum), float(a.epsilon)
+
+    def run(x: torch.Tensor, *per_channel: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        *params, running_mean, running_var = per_channel
+        gamma = params[0] if a.has_gamma else None
+        beta = params[-1] if a.has_beta else None
+        return tuple(torch.ops.aten._native_batch_norm_legit_functional(x, gamma, beta, running_mean, running_var,
+                                                                         True, momentum, eps))
+
+    return run
+
+
+BATCH_NORM_UPDATE = OpDef("batch_norm_update", infer=_bn_update_rule, lower=_bn_update_lower,
+                          attrs=BatchNormUpdateAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                          doc="a training batch norm along axis 1 with its running statistics' update: (y, mean, "
+                              "inverse standard deviation, new running mean, new running variance)")
+
+
 # ---- layer_norm_forward / layer_norm_backward ---------------------------------------------------------------------
 @attrs
 class LayerNormVendorAttrs:
@@ -325,6 +374,7 @@ THRESHOLD_GRADIENT = OpDef("threshold_gradient", infer=_threshold_rule, lower=_t
                            attrs=ThresholdGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
                            doc="0 where x <= threshold, else g (ReLU's gradient as one call); made by the compiler")
 
-__all__ = ["BATCH_NORM_BACKWARD", "BATCH_NORM_INFERENCE", "CONV2D_BIAS", "CONV2D_GRADIENTS", "LAYER_NORM_BACKWARD",
-           "LAYER_NORM_FORWARD", "THRESHOLD_GRADIENT", "BatchNormBackwardAttrs", "BatchNormInferenceAttrs",
-           "ConvBiasAttrs", "ConvGradientsAttrs", "LayerNormVendorAttrs", "ThresholdGradientAttrs"]
+__all__ = ["BATCH_NORM_BACKWARD", "BATCH_NORM_INFERENCE", "BATCH_NORM_UPDATE", "CONV2D_BIAS", "CONV2D_GRADIENTS",
+           "LAYER_NORM_BACKWARD", "LAYER_NORM_FORWARD", "THRESHOLD_GRADIENT", "BatchNormBackwardAttrs",
+           "BatchNormInferenceAttrs", "BatchNormUpdateAttrs", "ConvBiasAttrs", "ConvGradientsAttrs",
+           "LayerNormVendorAttrs", "ThresholdGradientAttrs"]

@@ -144,8 +144,10 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options
 
 def _vendor_ops(options: TorchOptions, where: torch.device) -> bool:
     """No generated kernels on ``where`` (the CPU): converters may keep an ATen op whole (one vendor call) where
-    they would spell it with elementwise ops that only fuse on a GPU."""
-    return options.fusion and options.optimization_level >= 1 and not options.triton_interpret and where.type != "cuda"
+    they would spell it with elementwise ops that only fuse on a GPU. Not where channels-last is asked for: the
+    vendor ops are NCHW calls, which the layout pass cannot move to NHWC."""
+    return options.fusion and options.optimization_level >= 1 and not options.triton_interpret \
+        and where.type != "cuda" and options.channels_last is not True
 
 
 def _channels_last_inputs(values: Sequence[Any]) -> tuple[int, ...]:
@@ -227,13 +229,15 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
     if opts.capture_attention:  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
         capture_attention(gm)
     # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math; where
-    # no kernels are generated, batch and layer norms' backward, select's, log_softmax's and nll_loss's reach their
-    # converters whole (one call each, where the table's spellings are a pass per elementwise op or a masked select)
+    # no kernels are generated, the backward of batch and layer norms, select, log_softmax, nll_loss, GELU and
+    # embedding reach their converters whole (one call each, where the table's spellings are a pass per elementwise
+    # op or a masked select)
     whole = [torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default]
     if _vendor_ops(opts, _device_of(example_inputs)):
         whole += [torch.ops.aten.native_batch_norm_backward.default, torch.ops.aten.native_layer_norm_backward.default,
                   torch.ops.aten.select_backward.default, torch.ops.aten._log_softmax_backward_data.default,
-                  torch.ops.aten.nll_loss_backward.default]
+                  torch.ops.aten.nll_loss_backward.default, torch.ops.aten.gelu_backward.default,
+                  torch.ops.aten.embedding_dense_backward.default]
     table = decompositions(*whole)
     compiler = aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward,
                             decompositions=table)

@@ -5,7 +5,7 @@ from . import core as core
 from . import distance as distance
 from . import elementwise as elementwise
 from . import extra as extra
-from . import losses as losses
+from . import gradients as gradients
 from . import nn as nn
 from . import pool1d as pool1d
 from . import reduce as reduce

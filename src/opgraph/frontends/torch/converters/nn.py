@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ....core.dtype import DType, bool_, float32, float64, from_torch, int64
+from ....core.dtype import DType, bool_, float32, float64, from_torch, int32, int64
 from ....ir.graph import Tensor
 from ....ops._padding import shape_or_like
 from ....ops.conv import Conv2dDescriptor, Conv3dDescriptor
@@ -27,11 +27,14 @@ from ....ops.pooling import Pooling2dDescriptor, Pooling4dDescriptor, PoolingRet
 from ....ops.resize import ResizeNearestRoundingMode, nearest_indices
 from ....ops.vendor_fused import (
     BATCH_NORM_BACKWARD,
+    BATCH_NORM_UPDATE,
     LAYER_NORM_BACKWARD,
     LAYER_NORM_FORWARD,
     BatchNormBackwardAttrs,
+    BatchNormUpdateAttrs,
     LayerNormVendorAttrs,
 )
+from ....ops.vendor_gradients import EMBEDDING_GRADIENT, EmbeddingGradientAttrs
 from ..registry import ConvertContext, Unsupported, converts
 
 aten = torch.ops.aten
@@ -418,6 +421,14 @@ def _batch_norm_functional(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: 
     if not training:
         raise Unsupported("functional batch norm outside training (PyTorch uses _no_training for it)")
     g = ctx.g
+    st = _compute(x.dtype)
+    if ctx.vendor_ops and x.rank >= 2 and x.dtype.is_floating and not x.dtype.is_complex \
+            and all(t.dtype is st for t in (w, b, running_mean, running_var) if t is not None):
+        # no kernels generated here: PyTorch's one call, not a batch norm and ~10 elementwise ops for the update
+        ins = [x, *(t for t in (w, b) if t is not None), running_mean, running_var]
+        whole = g._apply_multi(BATCH_NORM_UPDATE, ins, BatchNormUpdateAttrs(float(momentum), float(eps),
+                                                                            w is not None, b is not None))
+        return tuple(_cast(ctx, t, _want(ctx, i, t.dtype)) for i, t in enumerate(whole))
     y, mean, var, rstd = _batch_stats(ctx, x, w, b, eps)
     m = float(momentum)
     stat = _want(ctx, 1, mean.dtype)
@@ -656,6 +667,9 @@ def _embedding_backward(ctx: ConvertContext, gy: Tensor, indices: Tensor, num_we
     _floating(gy)
     if not isinstance(num_weights, int) or not isinstance(padding_idx, int) or gy.shape[-1] is None:
         raise Unsupported("symbolic sizes in embedding backward")
+    if ctx.vendor_ops and indices.dtype in (int32, int64) and gy.rank == indices.rank + 1:
+        return g._apply(EMBEDDING_GRADIENT, [gy, indices],  # PyTorch's one call: a zero fill and an index add
+                        EmbeddingGradientAttrs(num_weights, padding_idx, bool(scale_grad_by_freq)))
     dim = int(gy.shape[-1])
     idx = g.reshape(indices, (-1,))
     rows = g.reshape(gy, (-1, dim))

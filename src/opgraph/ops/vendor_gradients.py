@@ -1,13 +1,19 @@
-"""Loss gradients as PyTorch's one call each, for where no kernels are generated (the CPU). The torch frontend makes
-them when ``ConvertContext.vendor_ops`` is set. Over a language model's vocabulary, the spellings that PyTorch's
-decompositions give are a pass over (tokens, vocabulary) per elementwise op: ``exp``, two ``mul``, ``sub``, a zero
-fill and a one-hot scatter. On a 2-core CPU they cost ~22 ms of a 60 ms BERT step (RESULTS.md, eleventh session).
+"""Gradients as PyTorch's one call each, for where no kernels are generated (the CPU). The torch frontend makes
+them when ``ConvertContext.vendor_ops`` is set. PyTorch's decompositions spell each as several elementwise ops, a
+pass over memory each where nothing fuses them. Over a language model's vocabulary, the loss gradients alone were
+``exp``, two ``mul``, ``sub``, a zero fill and a one-hot scatter over (tokens, vocabulary), ~22 ms of a 60 ms BERT
+step on a 2-core CPU (RESULTS.md, eleventh session).
 
 * ``log_softmax_gradient(gy, y)``: ``gy - exp(y) * sum(gy, axis)``, the gradient of ``y = log_softmax(x, axis)``
   (PyTorch's ``_log_softmax_backward_data``).
 * ``nll_loss_gradient(gy, x, target, total_weight[, weight])``: the gradient of the negative log-likelihood
   ``-w[t] x[n, t]`` with respect to ``x`` (PyTorch's ``nll_loss_backward``): ``-w[t] * gy`` at each target
   (divided by ``total_weight`` for the mean), 0 elsewhere and for ``ignore_index``.
+* ``gelu_gradient(gy, x)``: ``gy * d gelu(x) / dx``, exact (erf) or tanh-approximated (PyTorch's ``gelu_backward``),
+  where the spelling is eight elementwise ops.
+* ``embedding_gradient(gy, indices)``: each row of ``gy`` added into the weight row its index names, none for
+  ``padding_idx``, divided by the index's count with ``scale_grad_by_freq`` (PyTorch's ``embedding_dense_backward``:
+  a zero fill and an index add, where the spelling copies a broadcast zero and scatters behind ~8 mask ops).
 
 >>> import opgraph as og, torch
 >>> g = og.Graph()
@@ -25,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..core.dtype import FLOAT_DTYPES, int64
+from ..core.dtype import FLOAT_DTYPES, int32, int64
 from ..core.errors import AttributeValueError, DTypeError, ShapeError
 from ..core.types import TensorType
 from ._rules import expect_arity, expect_dtype, same_dtype
@@ -118,5 +124,69 @@ NLL_LOSS_GRADIENT = OpDef("nll_loss_gradient", infer=_nll_rule, lower=_nll_lower
                           fusion=FusionKind.OPAQUE, differentiable=False,
                           doc="the gradient of the negative log-likelihood loss with respect to the log-probabilities")
 
-__all__ = ["LOG_SOFTMAX_GRADIENT", "NLL_LOSS_GRADIENT", "REDUCTIONS", "LogSoftmaxGradientAttrs",
-           "NllLossGradientAttrs"]
+
+# ---- gelu_gradient ----------------------------------------------------------------------------------------------
+@attrs
+class GeluGradientAttrs:
+    approximate: str = "none"  # or "tanh"
+
+
+def _gelu_rule(a: GeluGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    if a.approximate not in ("none", "tanh"):
+        raise AttributeValueError(f"approximate must be 'none' or 'tanh', got {a.approximate!r}")
+    expect_arity(ins, 2)
+    same_dtype(ins)
+    for t in ins:
+        expect_dtype(t, FLOAT_DTYPES)
+    _same_dims(ins[0], ins[1], "the incoming gradient and x")
+    return ins[1]
+
+
+def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
+    approximate = ctx.attrs.approximate
+    return lambda gy, x: torch.ops.aten.gelu_backward(gy, x, approximate=approximate)
+
+
+GELU_GRADIENT = OpDef("gelu_gradient", infer=_gelu_rule, lower=_gelu_lower, attrs=GeluGradientAttrs,
+                      fusion=FusionKind.OPAQUE, differentiable=False, doc="gy times GELU's derivative at x, one call")
+
+
+# ---- embedding_gradient -----------------------------------------------------------------------------------------
+@attrs
+class EmbeddingGradientAttrs:
+    num_weights: int
+    padding_idx: int = -1  # none
+    scale_grad_by_freq: bool = False
+
+
+def _embedding_rule(a: EmbeddingGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    if isinstance(a.num_weights, bool) or not isinstance(a.num_weights, int) or a.num_weights < 0 \
+            or isinstance(a.padding_idx, bool) or not isinstance(a.padding_idx, int) \
+            or not isinstance(a.scale_grad_by_freq, bool):
+        raise AttributeValueError(f"num_weights must be an int >= 0, padding_idx an int and scale_grad_by_freq a "
+                                  f"bool, got {a.num_weights!r}, {a.padding_idx!r}, {a.scale_grad_by_freq!r}")
+    expect_arity(ins, 2)
+    gy, indices = ins
+    expect_dtype(gy, FLOAT_DTYPES)
+    if indices.dtype not in (int32, int64):
+        raise DTypeError(f"expects int32 or int64 indices, got {indices.dtype.name}")
+    if gy.rank != indices.rank + 1:
+        raise ShapeError(f"the incoming gradient must be the indices' shape plus the embedding dim, got {gy} and "
+                         f"{indices}")
+    _same_dims(TensorType(gy.shape[:-1], gy.dtype), TensorType(indices.shape, gy.dtype), "the incoming gradient "
+               "less its last dim and the indices")
+    return TensorType((a.num_weights, gy.shape[-1]), gy.dtype)
+
+
+def _embedding_lower(ctx: LowerContext) -> Callable[..., Any]:
+    a: EmbeddingGradientAttrs = ctx.attrs
+    return lambda gy, indices: torch.ops.aten.embedding_dense_backward(gy, indices, a.num_weights, a.padding_idx,
+                                                                       a.scale_grad_by_freq)
+
+
+EMBEDDING_GRADIENT = OpDef("embedding_gradient", infer=_embedding_rule, lower=_embedding_lower,
+                           attrs=EmbeddingGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
+                           doc="an embedding table's gradient: gy's rows added into the rows the indices name")
+
+__all__ = ["EMBEDDING_GRADIENT", "GELU_GRADIENT", "LOG_SOFTMAX_GRADIENT", "NLL_LOSS_GRADIENT", "REDUCTIONS",
+           "EmbeddingGradientAttrs", "GeluGradientAttrs", "LogSoftmaxGradientAttrs", "NllLossGradientAttrs"]

@@ -1,18 +1,24 @@
-"""Records for ops/vendor_losses.py (made by the torch frontend; built here directly from their attributes). The
-oracles are the formulas in NumPy float64: ``gy - exp(y) * sum(gy)`` for log_softmax_gradient, and the negative
-weight times the incoming gradient at each target (over the total weight for the mean) for nll_loss_gradient."""
+"""Records for ops/vendor_gradients.py (made by the torch frontend; built here directly from their attributes). The
+oracles are the formulas in NumPy float64: ``gy - exp(y) * sum(gy)`` for log_softmax_gradient, the negative weight
+times the incoming gradient at each target (over the total weight for the mean) for nll_loss_gradient, GELU's
+derivative (erf or tanh form) times gy, and a row-by-row sum for embedding_gradient."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
 import opgraph as og
-from opgraph.ops.vendor_losses import (
+from opgraph.ops.vendor_gradients import (
+    EMBEDDING_GRADIENT,
+    GELU_GRADIENT,
     LOG_SOFTMAX_GRADIENT,
     NLL_LOSS_GRADIENT,
+    EmbeddingGradientAttrs,
+    GeluGradientAttrs,
     LogSoftmaxGradientAttrs,
     NllLossGradientAttrs,
 )
@@ -112,9 +118,86 @@ NLL_ERRORS = [
               og.ShapeError, "weight", "weight-size"),
 ]
 
+# ---- gelu_gradient ----------------------------------------------------------------------------------------------
+def _gelu_build(g: og.Graph, gy: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(GELU_GRADIENT, [gy, x], GeluGradientAttrs(**kw))
+
+
+def np_gelu_gradient(gy: Any, x: Any, approximate: str = "none") -> np.ndarray:
+    gy64, x64 = (np.asarray(v.float() if isinstance(v, torch.Tensor) else v, np.float64) for v in (gy, x))
+    if approximate == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        inner = k * (x64 + 0.044715 * x64 ** 3)
+        t = np.tanh(inner)
+        d = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x64 ** 2)
+    else:
+        cdf = 0.5 * (1.0 + np.vectorize(math.erf)(x64 / math.sqrt(2.0)))
+        d = cdf + x64 * np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
+    return gy64 * d
+
+
+def _gelu_samples(rng: np.random.Generator) -> list[Sample]:
+    return [
+        Sample([rand(rng, (3, 7)), rand(rng, (3, 7), low=-4.0, high=4.0)], {}, "f32-erf"),
+        Sample([rand(rng, (2, 3, 4), np.float64), rand(rng, (2, 3, 4), np.float64)], {"approximate": "tanh"},
+               "f64-tanh"),
+        Sample([rand(rng, (5,), torch.bfloat16), rand(rng, (5,), torch.bfloat16)], {}, "bf16"),
+    ]
+
+
+GELU_ERRORS = [
+    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError, "one shape", "shapes"),
+    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2,)), _ph(g, (2,)), approximate="fast"), og.AttributeValueError,
+              "approximate must be", "approximate"),
+    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32)), og.DTypeError, "int32",
+              "integer"),
+]
+
+
+# ---- embedding_gradient -----------------------------------------------------------------------------------------
+def _embedding_build(g: og.Graph, gy: og.Tensor, indices: og.Tensor, **kw: Any) -> og.Tensor:
+    return g._apply(EMBEDDING_GRADIENT, [gy, indices], EmbeddingGradientAttrs(**kw))
+
+
+def np_embedding_gradient(gy: np.ndarray, indices: np.ndarray, num_weights: int, padding_idx: int = -1,
+                          scale_grad_by_freq: bool = False) -> np.ndarray:
+    rows, idx = np.asarray(gy, np.float64).reshape(-1, gy.shape[-1]), np.asarray(indices).reshape(-1)
+    counts = np.bincount(idx, minlength=num_weights)
+    out = np.zeros((num_weights, rows.shape[1]))
+    for row, i in zip(rows, idx, strict=True):
+        if i != padding_idx:
+            out[i] += row / (counts[i] if scale_grad_by_freq else 1)
+    return out
+
+
+def _embedding_samples(rng: np.random.Generator) -> list[Sample]:
+    def s(shape: tuple[int, ...], n: int, dt: Any, desc: str, index_dt: Any = np.int64, **kw: Any) -> Sample:
+        idx = rng.integers(0, n, shape).astype(index_dt)
+        return Sample([rand(rng, (*shape, 3), dt), idx], {"num_weights": n, **kw}, desc)
+
+    return [
+        s((4, 5), 6, np.float32, "f32-repeated-rows"),
+        s((7,), 4, np.float64, "f64-padding-scaled", padding_idx=1, scale_grad_by_freq=True),
+        s((2, 3), 5, np.float32, "int32-indices", index_dt=np.int32),
+    ]
+
+
+EMBEDDING_ERRORS = [
+    ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (3,), og.int64), num_weights=4), og.ShapeError,
+              "less its last dim", "rows"),
+    ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (2,), og.float32), num_weights=4), og.DTypeError,
+              "int32 or int64 indices", "float-indices"),
+    ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (2,), og.int64), num_weights=-1),
+              og.AttributeValueError, "num_weights must be", "num-weights"),
+]
+
 RECORDS = [
     OpInfo("log_softmax_gradient", (LOG_SOFTMAX_GRADIENT,), _ls_build, _ls_samples, np_log_softmax_gradient,
            errors=LS_ERRORS),
     OpInfo("nll_loss_gradient", (NLL_LOSS_GRADIENT,), _nll_build, _nll_samples, np_nll_loss_gradient,
            errors=NLL_ERRORS),
+    OpInfo("gelu_gradient", (GELU_GRADIENT,), _gelu_build, _gelu_samples, np_gelu_gradient, errors=GELU_ERRORS,
+           tol={torch.float32: (1e-5, 1e-6)}),
+    OpInfo("embedding_gradient", (EMBEDDING_GRADIENT,), _embedding_build, _embedding_samples, np_embedding_gradient,
+           errors=EMBEDDING_ERRORS),
 ]

@@ -1,6 +1,7 @@
-"""The loss-gradient converters (``converters/losses.py``) against PyTorch's ATen ops, on both paths: one vendor op
-each where no kernels are generated (the CPU with fusion on), the elementwise spelling otherwise (here: fusion off);
-and a language-model step through ``torch.compile`` whose backward uses the vendor ops and matches eager."""
+"""The gradient converters (``converters/gradients.py``; GELU's in elementwise.py, the embedding's in nn.py) against
+PyTorch's ATen ops, on both paths: one vendor op each where no kernels are generated (the CPU with fusion on), the
+elementwise spelling otherwise (here: fusion off); and a language-model step through ``torch.compile`` whose
+backward uses the vendor ops and matches eager."""
 
 from __future__ import annotations
 
@@ -87,4 +88,29 @@ def test_a_language_model_step_uses_the_vendor_loss_gradients_and_matches_eager(
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
     backward = [k.op for r in reports if r.kind == "backward" for k in r.kernels]
-    assert {"log_softmax_gradient", "nll_loss_gradient"} <= set(backward), backward
+    assert {"log_softmax_gradient", "nll_loss_gradient", "embedding_gradient"} <= set(backward), backward
+
+
+@pytest.mark.parametrize("vendor", [True, False], ids=["vendor", "spelled"])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward(approximate: str, vendor: bool) -> None:
+    gen = torch.Generator().manual_seed(2)
+    gy, x = torch.randn(3, 9, generator=gen), torch.randn(3, 9, generator=gen) * 3
+
+    def fn(gy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return aten.gelu_backward(gy, x, approximate=approximate)
+
+    _check(fn, [gy, x], vendor, "gelu_gradient", tol=1e-5)
+
+
+@pytest.mark.parametrize("vendor", [True, False], ids=["vendor", "spelled"])
+@pytest.mark.parametrize("case", ["plain", "padding-scaled"])
+def test_embedding_dense_backward(case: str, vendor: bool) -> None:
+    gen = torch.Generator().manual_seed(3)
+    gy, indices = torch.randn(4, 5, 3, generator=gen), torch.randint(0, 6, (4, 5), generator=gen)
+    padding, scaled = (2, True) if case == "padding-scaled" else (-1, False)
+
+    def fn(gy: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        return aten.embedding_dense_backward(gy, indices, 6, padding, scaled)
+
+    _check(fn, [gy, indices], vendor, "embedding_gradient", tol=1e-5)

@@ -1,5 +1,5 @@
 """Loss gradients: ``_log_softmax_backward_data`` and ``nll_loss_backward``. Where no kernels are generated
-(``ConvertContext.vendor_ops``) each is one vendor op (``ops/vendor_losses.py``), PyTorch's one call; elsewhere the
+(``ConvertContext.vendor_ops``) each is one vendor op (``ops/vendor_gradients.py``), PyTorch's one call; elsewhere the
 elementwise spelling, which fuses. The backend keeps both whole only where vendor ops are made."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from ....core.dtype import from_torch, int64
 from ....ir.graph import Tensor
-from ....ops.vendor_losses import (
+from ....ops.vendor_gradients import (
     LOG_SOFTMAX_GRADIENT,
     NLL_LOSS_GRADIENT,
     REDUCTIONS,
