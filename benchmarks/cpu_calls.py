@@ -1,7 +1,9 @@
 """The single PyTorch calls behind opgraph's CPU vendor ops and host-side shortcuts, timed one by one (median us of
 ``--iters`` calls after a warm-up, one thread): a masked select (``torch.where``, the spelling PyTorch's
 decompositions give ReLU's and select's gradients) against ``threshold_backward``, a zero padding and a copy of the
-same tensor, and ``torch.broadcast_shapes`` against comparing three shapes (attention's batch shape).
+same tensor, and ``torch.broadcast_shapes`` against comparing three shapes (attention's batch shape); then, on a
+``--matrix`` (BERT's word-embedding table by default), an add of row-major operands against one read transposed, and
+a broadcast zero cloned against a zero fill.
 
     python benchmarks/cpu_calls.py
     python benchmarks/cpu_calls.py --shape 8,16,32,32 --iters 500
@@ -48,9 +50,25 @@ def cases(shape: tuple[int, ...]) -> dict[str, Callable[[], Any]]:
     }
 
 
+def matrix_cases(rows: int, cols: int) -> dict[str, Callable[[], Any]]:
+    """An add of two (rows, cols) matrices, row-major, and with one read through a transpose (a product computed
+    in the other layout), and a zero fill of that size as the broadcast zero copied or filled."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(rows, cols, generator=gen), torch.randn(rows, cols, generator=gen)
+    at = torch.randn(cols, rows, generator=gen).t()
+    zero = torch.zeros(()).expand(rows, cols)
+    return {
+        f"add ({rows}, {cols}) row-major": lambda: a + b,
+        f"add ({rows}, {cols}), one operand transposed": lambda: at + b,
+        f"clone of a broadcast zero ({rows}, {cols})": lambda: zero.clone(),
+        f"zeros ({rows}, {cols})": lambda: torch.zeros(rows, cols),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="8,16,32,32", help="comma-separated tensor shape")
+    p.add_argument("--matrix", default="30522,128", help="rows,cols of the matrix cases (BERT's word embeddings)")
     p.add_argument("--iters", type=int, default=300, help="timed calls of each")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch")
     args = p.parse_args(argv)
@@ -58,11 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     shape = tuple(int(d) for d in args.shape.split(","))
     if len(shape) < 2 or shape[0] < 2:
         p.error("--shape needs at least two dims and a first dim of at least 2")
+    height, width = (int(d) for d in args.matrix.split(","))
     times = {name: median_us(fn, args.iters) for name, fn in cases(shape).items()}
+    calls = max(10, args.iters // 30)
+    matrix = {name: median_us(fn, calls, warmup=3) for name, fn in matrix_cases(height, width).items()}
     copy = times["copy (clone)"]
     rows = [[name, f"{us:.1f}", f"{us / copy:.2f}" if "shape" not in name else ""] for name, us in times.items()]
     print(f"tensor {shape} float32, {args.threads} thread(s), median of {args.iters} calls")
     print(format_table(["call", "us", "of a copy"], rows))
+    first = next(iter(matrix.values()))
+    print(f"\nmatrix cases, median of {calls} calls")
+    print(format_table(["call", "us", "of the row-major add"],
+                       [[name, f"{us:.1f}", f"{us / first:.2f}"] for name, us in matrix.items()]))
     return 0
 
 

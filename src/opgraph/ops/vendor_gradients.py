@@ -1,8 +1,9 @@
 """Gradients as PyTorch's one call each, for where no kernels are generated (the CPU). The torch frontend makes
 them when ``ConvertContext.vendor_ops`` is set. PyTorch's decompositions spell each as several elementwise ops, a
-pass over memory each where nothing fuses them. Over a language model's vocabulary, the loss gradients alone were
-``exp``, two ``mul``, ``sub``, a zero fill and a one-hot scatter over (tokens, vocabulary), ~22 ms of a 60 ms BERT
-step on a 2-core CPU (RESULTS.md, eleventh session).
+pass over memory each where nothing fuses them: over a language model's vocabulary the loss gradients alone were
+``exp``, two ``mul``, ``sub``, a zero fill and a one-hot scatter over (tokens, vocabulary). With these ops, BERT's
+``--quick`` training step on a 2-core CPU went from 0.76x to 0.97x eager's speed (``benchmarks/cpu_training.py``,
+RESULTS.md, eleventh session).
 
 * ``log_softmax_gradient(gy, y)``: ``gy - exp(y) * sum(gy, axis)``, the gradient of ``y = log_softmax(x, axis)``
   (PyTorch's ``_log_softmax_backward_data``).
