@@ -52,9 +52,11 @@ def test_consecutive_transposes_compose_and_cancel() -> None:
     assert ops == ["matmul", "constant", "add"]
     ops, _ = _check(lambda g, x: [g.transpose(g.transpose(x[0], [1, 2, 0]), [1, 2, 0])], [(2, 3, 4)])
     assert ops == ["transpose"]
-    # an output that would cancel to another value keeps its transposes
+    # an output that would cancel to an input keeps its transposes; one that cancels to a computed value does not
     ops, _ = _check(lambda g, x: [g.transpose(g.transpose(x[0], [1, 0]), [1, 0])], [(2, 3)])
     assert ops == ["transpose", "transpose"]
+    ops, got = _check(lambda g, x: [g.transpose(g.transpose(g.matmul(x[0], x[1]), [1, 0]), [1, 0])], [(3, 4), (4, 5)])
+    assert ops == ["matmul"] and got[0].is_contiguous()
 
 
 @pytest.mark.parametrize("case", ["product-read-twice", "product-is-an-output", "vector-operand"])

@@ -9,7 +9,8 @@ BLAS reads as they are, so the rewritten product costs what the old one did. PyT
 layer's weight gradient as a product transposed twice, which composing alone settles.
 
 Only where the product has no reader but the transpose and is not itself a program output (otherwise it would be
-computed twice), and both operands have rank >= 2 (a 1-D operand has no axis to swap).
+computed twice), the transpose is not transposed again (a kept output pair of transposes would come back to the
+other layout), and both operands have rank >= 2 (a 1-D operand has no axis to swap).
 
 >>> import opgraph as og
 >>> from opgraph.passes.program import Program
@@ -24,6 +25,7 @@ computed twice), and both operands have rank >= 2 (a 1-D operand has no axis to 
 from __future__ import annotations
 
 from ..ir.graph import GraphCore, Operation, Tensor
+from ..ir.opdef import FusionKind
 from ..ops.linalg import MATMUL
 from ..ops.shape import TRANSPOSE, TransposeAttrs
 from .builder import fresh_name
@@ -40,7 +42,8 @@ def _swaps_last_two(op: Operation) -> bool:
 
 def _composed(program: Program) -> Program:
     """Consecutive transposes as one (PyTorch's decompositions transpose weight gradients twice), none where they
-    cancel (unless the result is a program output: it would then be the very tensor of another value)."""
+    cancel. A program output that would cancel to a placeholder, constant, variable or another output stays a
+    transpose: it would otherwise be that very tensor."""
     outputs = {id(t) for t in program.outputs}
 
     def compose(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | list[Tensor] | None:
@@ -49,7 +52,9 @@ def _composed(program: Program) -> Program:
             return None
         perm = tuple(inner.attrs.perm[p] for p in op.attrs.perm)
         if perm == tuple(range(len(perm))):
-            return None if id(op.outputs[0]) in outputs else list(inner.inputs)
+            source = op.inputs[0].op.inputs[0]  # in the old graph
+            aliased = id(source) in outputs or source.op.op.fusion is FusionKind.SOURCE
+            return None if id(op.outputs[0]) in outputs and aliased else list(inner.inputs)
         return g._add_op(TRANSPOSE, list(inner.inputs), TransposeAttrs(perm), op.name)
 
     return rewrite(program, compose)
@@ -70,8 +75,9 @@ def transpose_products(program: Program) -> Program:
             continue
         product = op.inputs[0]
         mm = product.op
+        transposed_again = any(r.op is TRANSPOSE for r in readers.get(id(op.outputs[0]), []))
         if mm.op is MATMUL and all(t.rank >= 2 for t in mm.inputs) and id(product) not in outputs \
-                and len(readers.get(id(product), [])) == 1:
+                and len(readers.get(id(product), [])) == 1 and not transposed_again:
             chosen.add(id(op))
     if not chosen:
         return dead_code_elimination(program)
