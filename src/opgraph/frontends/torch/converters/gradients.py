@@ -1,6 +1,7 @@
 """Loss gradients: ``_log_softmax_backward_data`` and ``nll_loss_backward``. Where no kernels are generated
 (``ConvertContext.vendor_ops``) each is one vendor op (``ops/vendor_gradients.py``), PyTorch's one call; elsewhere the
-elementwise spelling, which fuses. The backend keeps both whole only where vendor ops are made."""
+elementwise spelling, which fuses. The backend keeps both whole only where vendor ops are made. (GELU's and the
+embedding's gradients, the other ops of that module, are made by their converters in elementwise.py and nn.py.)"""
 
 from __future__ import annotations
 
