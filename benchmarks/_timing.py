@@ -59,3 +59,15 @@ def common_arguments(p: Any, args: Any, iters: tuple[int, int], repeats: tuple[i
     except og.DeviceError as e:
         p.error(str(e))
     return n_iters, n_repeats, dev
+
+
+def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
+    """Outermost ATen calls one call of ``fn`` makes (the profiler's top-level ``aten::`` events)."""
+    import torch
+
+    with torch.profiler.profile() as prof:
+        for _ in range(runs):
+            fn()
+    outermost = [e for e in prof.events() if e.name.startswith("aten::")
+                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return len(outermost) // runs

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +28,9 @@ import torch
 from opgraph.cli._bench_models import MODELS
 from opgraph.cli._table import format_table
 from opgraph.runtime.executable import Executable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import aten_calls  # noqa: E402
 
 STAND_INS = ("tiny_vgg", "tiny_cnn", "tiny_vit", "tiny_mbconv", "tiny_convmixer")
 
@@ -39,16 +44,6 @@ def interleaved(fns: dict[str, Callable[[], Any]], iters: int) -> dict[str, list
             fn()
             times[name].append(time.perf_counter() - t)
     return times
-
-
-def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
-    """ATen ops one call of ``fn`` launches (top-level profiler events named ``aten::``)."""
-    with torch.profiler.profile() as prof:
-        for _ in range(runs):
-            fn()
-    outermost = [e for e in prof.events() if e.name.startswith("aten::")
-                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
-    return len(outermost) // runs
 
 
 def outside_executables(fn: Callable[[], Any], iters: int) -> float:

@@ -16,7 +16,6 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,7 +23,7 @@ from opgraph.cli._bench_models import MODELS, WithLoss, make_data, without_dropo
 from opgraph.cli._table import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import interleaved  # noqa: E402
+from _timing import aten_calls, interleaved  # noqa: E402
 
 
 def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor,
@@ -39,16 +38,6 @@ def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: to
         opt.step()
 
     return step
-
-
-def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
-    """Outermost ATen calls one call of ``fn`` makes (the profiler's top-level ``aten::`` events)."""
-    with torch.profiler.profile() as prof:
-        for _ in range(runs):
-            fn()
-    outermost = [e for e in prof.events() if e.name.startswith("aten::")
-                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
-    return len(outermost) // runs
 
 
 def main(argv: list[str] | None = None) -> int:
