@@ -31,9 +31,9 @@ from opgraph.cli._plot import BLUE, ORANGE, Bars, bar_chart, encode_png, read_pn
 
 ROOT = Path(__file__).resolve().parents[2]
 CELL_KEYS = {"backend", "times_s", "first_call_s", "median_ms", "samples_per_s", "speedup_vs_eager", "rel_err",
-             "tolerance", "matches_eager", "error", "aten_ops", "fallback_ops"}
+             "tolerance", "exact_err", "matches_eager", "error", "aten_ops", "fallback_ops"}
 ROW_KEYS = {"section", "model", "title", "library", "device", "dtype", "batch", "input", "stands_for", "skipped",
-            "cells"}
+            "eager_exact_err", "cells"}
 
 
 @pytest.fixture(autouse=True)
@@ -142,6 +142,34 @@ def test_failures_and_mismatches_are_reported(monkeypatch: pytest.MonkeyPatch, t
         assert len(cells["opgraph"]["times_s"]) == 2
     assert data["compile"] == []
     check_png((tmp_path / "chart.png").read_bytes())
+
+
+def test_a_mismatch_as_close_to_float64_as_eager_is_marked_as_right(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Training cells are also judged against eager in float64: the same doubled result, with an oracle that agrees
+    with it, is '=' (as right as eager), not '!'; without that agreement it stays '!' and shows both distances."""
+    def training(extra: list[str]) -> tuple[str, dict[str, Any]]:
+        out_json = tmp_path / "bench.json"
+        assert main(["bench", "--device", "cpu", "--only", "training", "--models", "tiny_cnn", "--dtypes", "float32",
+                     "--backends", "opgraph", "--iters", "1", "--warmup", "0", "--threads", "1", "--quiet",
+                     "--json", str(out_json), *extra]) == 0
+        row = json.loads(out_json.read_text())["training"][0]
+        return capsys.readouterr().out, {c["backend"]: c for c in row["cells"]} | {"row": row}
+
+    monkeypatch.setattr(bench.Bench, "_compile", staticmethod(fake_compile))
+    out, cells = training([])
+    assert " ! [" in out and "; from float64 1, eager " in out, out
+    assert cells["opgraph"]["exact_err"] == pytest.approx(1.0) and cells["row"]["eager_exact_err"] < 1e-4
+    doubled = bench.Bench._float64_step
+
+    def oracle_of_doubles(model0: Any, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(2 * t for t in doubled(model0, x, y))
+
+    monkeypatch.setattr(bench.Bench, "_float64_step", staticmethod(oracle_of_doubles))
+    out, cells = training([])
+    assert " = [" in out and " ! [" not in out and "as close to eager in float64 as eager is" in out, out
+    assert cells["opgraph"]["exact_err"] < 1e-4 and cells["row"]["eager_exact_err"] == pytest.approx(0.5)
+    assert cells["opgraph"]["matches_eager"] is False
 
 
 def test_compile_section_alone_times_first_calls_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

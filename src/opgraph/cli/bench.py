@@ -61,6 +61,8 @@ The first result of Inductor and opgraph is checked against eager PyTorch's (inf
 training: the loss and all gradients of the first step; relative L2 error against a tolerance loose
 for bfloat16, widened to 3x eager's own error against a float32 run without TF32, since deep random-weight
 models amplify rounding); a mismatch is flagged with '!', a failure is reported in its cell and the run goes on.
+Training results are also compared with eager in float64: a mismatch no farther from float64 than 3x eager's own
+distance is marked '=' instead (as right as eager, only rounded differently).
 Dropout is off (p = 0) in training so that the results can be compared.
 Models come from torchvision, transformers and timm; a row whose library is missing says so. --quick
 uses small sizes (64x64 images, training batch 8; BERT with 2 layers of width 128, 4 x 32 tokens) and,
@@ -166,6 +168,7 @@ class Cell:
     first_call_s: float | None = None
     rel_err: float | None = None  # relative L2 error against eager PyTorch's first result
     tolerance: float | None = None
+    exact_err: float | None = None  # training: relative L2 error against eager in float64, the oracle
     error: str | None = None
     aten_ops: int | None = None  # opgraph: ATen ops in the graphs it compiled
     fallback_ops: int | None = None  # opgraph: of those, the ones that ran as themselves (no converter yet)
@@ -194,6 +197,7 @@ class Row:
     skipped: str | None = None
     cells: list[Cell] = field(default_factory=list)
     rounding: float = 0.0  # eager's own error from rounding alone: at this precision against a more precise run
+    eager_exact_err: float | None = None  # training: eager's own relative L2 error against eager in float64
 
     def cell(self, backend: str) -> Cell | None:
         return next((c for c in self.cells if c.backend == backend), None)
@@ -238,6 +242,7 @@ def rel_err(got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor]) -> float:
 
 
 ROUNDING_FACTOR = 3.0
+EXACT_FACTOR = 3.0  # a result no farther from float64 than this times eager's own distance is as right as eager's
 MAX_TOLERANCE = 0.3  # beyond this a check cannot tell a wrong result from rounding: the row says so
 
 
@@ -319,8 +324,10 @@ class Bench:
         return times
 
     def _run_cell(self, row: Row, backend: str, body: Callable[[Cell], tuple[torch.Tensor, ...]],
-                  reference: tuple[torch.Tensor, ...] | None, dev: Any) -> tuple[torch.Tensor, ...] | None:
-        """Run ``body`` for ``backend``, catching its failure into the cell; check its result against eager's."""
+                  reference: tuple[torch.Tensor, ...] | None, dev: Any,
+                  exact: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, ...] | None:
+        """Run ``body`` for ``backend``, catching its failure into the cell; check its result against eager's (and
+        against ``exact``, eager in float64, where given)."""
         cell = Cell(backend)
         row.cells.append(cell)
         label = f"{row.section} {row.model} {row.dtype} batch {row.batch} on {row.device}: {backend}"
@@ -342,6 +349,8 @@ class Bench:
             cell.rel_err = rel_err(got, reference)
             widened = min(ROUNDING_FACTOR * row.rounding, MAX_TOLERANCE) if math.isfinite(row.rounding) else 0.0
             cell.tolerance = max(tolerance(row.dtype, dev), widened)
+        if got is not None and exact is not None:
+            cell.exact_err = rel_err(got, exact)
         return got
 
     def _first(self, fn: Callable[[], Any], dev: Any, cell: Cell) -> Any:
@@ -357,7 +366,7 @@ class Bench:
                      size: int) -> None:
         """Time an SGD step of ``model0``'s copies on ``dev`` with each backend."""
         x, y = make_data(m, row.batch, size, dev.torch)
-        reference = None
+        reference = exact = None
         for backend in backends:
             def body(cell: Cell, backend: str = backend) -> tuple[torch.Tensor, ...]:
                 model = copy.deepcopy(model0).to(dev.torch).train()
@@ -382,14 +391,16 @@ class Bench:
                 cell.times_s = self._timed(step, dev)
                 return result
 
-            got = self._run_cell(row, backend, body, reference, dev)
+            got = self._run_cell(row, backend, body, reference, dev, exact)
             if backend == "eager":
                 reference = got
                 if got is not None and len(backends) > 1:
                     try:
                         row.rounding = self._rounding(m, model0, row, x, y, got)
-                    except Exception:  # e.g. out of memory at float32: keep the plain tolerance
-                        row.rounding = 0.0
+                        exact = self._float64_step(model0, x, y)
+                        row.eager_exact_err = rel_err(got, exact)
+                    except Exception:  # e.g. out of memory at float32 or float64: what was measured stays
+                        exact = None if row.eager_exact_err is None else exact
                     finally:
                         gc.collect()
                         if dev.is_cuda:
@@ -411,6 +422,16 @@ class Bench:
         precise = (loss.detach().float(), torch.cat(grads) if grads else torch.zeros(0))
         del model
         return rel_err(eager, precise)
+
+    @staticmethod
+    def _float64_step(model0: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The first step's loss and gradients of eager PyTorch in float64 (no autocast, no TF32): the oracle that
+        tells a backend's result farther from eager than rounding explains from one as right as eager's."""
+        model = copy.deepcopy(model0).to(x.device).double().train()
+        loss = WithLoss(model)(x.double() if x.is_floating_point() else x, y)
+        loss.backward()
+        grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+        return loss.detach(), torch.cat(grads) if grads else torch.zeros(0, dtype=torch.float64)
 
     def inference_row(self, m: Model, model: nn.Module, row: Row, size: int) -> None:
         x, _ = make_data(m, row.batch, size, self.dev.torch)
@@ -493,11 +514,18 @@ def _value_text(row: Row, cell: Cell | None, per_second: bool, notes: list[str],
     text = (f"{row.batch / med:.1f}" if per_second else f"{med * 1e3:.2f}") + (f" ({speedup:.2f}x)" if speedup else "")
     if cell.op_by_op:  # the timing is of launches one by one, not of replays: say why
         text += " ~ " + note(f"{len(cell.op_by_op)} graph(s) ran op by op: " + "; ".join(cell.op_by_op))
-    if cell.matches is False:
-        text += " ! " + note(f"differs from eager: relative error {cell.rel_err:.3g} > {cell.tolerance:g}")
+    exact = "" if cell.exact_err is None or row.eager_exact_err is None else \
+        f"; from float64 {cell.exact_err:.3g}, eager {row.eager_exact_err:.3g}"
+    as_right = bool(exact) and math.isfinite(cell.exact_err or math.inf) \
+        and (cell.exact_err or 0.0) <= EXACT_FACTOR * (row.eager_exact_err or 0.0)
+    if cell.matches is False and as_right:
+        text += " = " + note(f"differs from eager by {cell.rel_err:.3g} (> {cell.tolerance:g}) but is as close to "
+                             f"eager in float64 as eager is{exact}")
+    elif cell.matches is False:
+        text += " ! " + note(f"differs from eager: relative error {cell.rel_err:.3g} > {cell.tolerance:g}{exact}")
     elif cell.matches and ROUNDING_FACTOR * row.rounding > MAX_TOLERANCE:
         text += " ? " + note(f"matches within {cell.tolerance:g}, but rounding alone moves eager's own result by "
-                             f"{row.rounding:.3g}: a weak check")
+                             f"{row.rounding:.3g}: a weak check{exact}")
     return text
 
 
