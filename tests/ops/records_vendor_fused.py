@@ -156,8 +156,10 @@ def _gradients_build(g: og.Graph, grad: og.Tensor, x: og.Tensor, w: og.Tensor, *
 
 def np_conv_gradients(grad: np.ndarray, x: np.ndarray, w: np.ndarray, strides: tuple[int, int] = (1, 1),
                       dilation_rates: tuple[int, int] = (1, 1), padding_top: int = 0, padding_bottom: int = 0,
-                      padding_left: int = 0, padding_right: int = 0, groups: int = 1) -> list[np.ndarray]:
-    """(dx, dw) of y = conv2d(x, w): each kernel tap's strided window of the padded source, against the gradient."""
+                      padding_left: int = 0, padding_right: int = 0, groups: int = 1,
+                      bias: bool = False) -> list[np.ndarray]:
+    """(dx, dw[, db]) of y = conv2d(x, w[) + b]: each kernel tap's strided window of the padded source, against the
+    gradient; db the gradient summed per output channel."""
     grad, x, w = (v.astype(np.float64) for v in (grad, x, w))
     (_, _, h, wd), (o, cg, kh, kw) = x.shape, w.shape
     (sh, sw), (dh, dw_) = strides, dilation_rates
@@ -173,7 +175,8 @@ def np_conv_gradients(grad: np.ndarray, x: np.ndarray, w: np.ndarray, strides: t
                 cols = slice(j * dw_, j * dw_ + sw * (ow - 1) + 1, sw)
                 dw[os_, :, i, j] = np.einsum("nohw,nchw->oc", grad[:, os_], xp[:, cs, rows, cols])
                 dxp[:, cs, rows, cols] += np.einsum("nohw,oc->nchw", grad[:, os_], w[os_, :, i, j])
-    return [dxp[:, :, padding_top:padding_top + h, padding_left:padding_left + wd], dw]
+    dx = dxp[:, :, padding_top:padding_top + h, padding_left:padding_left + wd]
+    return [dx, dw, grad.sum((0, 2, 3))] if bias else [dx, dw]
 
 
 def _gradients_samples(rng: np.random.Generator) -> list[Sample]:
@@ -181,7 +184,8 @@ def _gradients_samples(rng: np.random.Generator) -> list[Sample]:
         y = _conv_shape(x, w, ConvGradientsAttrs(**kw))
         return Sample([rand(rng, y, dt), rand(rng, x, dt), rand(rng, w, dt)], kw, desc)
 
-    return [sample(*geometry) for geometry in GEOMETRIES]
+    with_bias = [(x, w, dt, f"{desc}-bias", {**kw, "bias": True}) for x, w, dt, desc, kw in GEOMETRIES[:3]]
+    return [sample(*geometry) for geometry in [*GEOMETRIES, *with_bias]]
 
 
 def _conv_shape(x: tuple[int, ...], w: tuple[int, ...], a: Any) -> list[int]:

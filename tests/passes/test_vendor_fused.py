@@ -234,6 +234,39 @@ def test_a_convolutions_two_gradients_are_one_call(padding: str) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_biased_convolutions_three_gradients_are_one_call() -> None:
+    """The bias gradient (the incoming gradient summed over N, H, W, as the torch frontend writes it) joins the
+    pair as a third output; the values are the unfused graph's, and eager's through the backend."""
+    g = og.Graph()
+    gy, x, w = g.placeholder((2, 4, 6, 5)), g.placeholder((2, 3, 6, 5)), g.placeholder((4, 3, 3, 3))
+    outs = [g.conv2d_data_gradient(gy, w, x.shape, PAD1), g.conv2d_weights_gradient(gy, x, w.shape, PAD1),
+            g.reduce_sum(gy, [0, 2, 3])]
+    fused = fuse_vendor_calls(Program(g, [gy, x, w], outs, []))
+    fused.graph.verify()
+    assert [(o.op.name, o.attrs.bias) for o in fused.graph.ops if o.op.name != "placeholder"] == [
+        ("conv2d_gradients", True)]
+    types = {t: t.type for t in (gy, x, w)}
+    compiled = g.compile(types, outs, device="cpu")
+    plain = g.compile(types, outs, device="cpu", descriptor=og.CompilationDescriptor(fusion=False))
+    gen = torch.Generator().manual_seed(4)
+    vals = [torch.randn(2, 4, 6, 5, generator=gen), torch.randn(2, 3, 6, 5, generator=gen),
+            torch.randn(4, 3, 3, 3, generator=gen)]
+    for got, want in zip(compiled.run(vals), plain.run(vals), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 3))
+    twin = copy.deepcopy(model)
+    xs = torch.randn(2, 3, 7, 7)
+    with og.torch.recording() as reports:
+        torch.compile(model, backend="opgraph")(xs).square().sum().backward()
+    twin(xs).square().sum().backward()
+    made = [k for r in reports if r.kind == "backward" for k in r.executable.kernels() if k.op == "conv2d_gradients"]
+    assert made and all(len(k.ops) == 3 for k in made), [k.ops for k in made]
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_a_weights_gradient_alone_stays_itself() -> None:
     """The first convolution of a network has no data gradient to pair with."""
     g = og.Graph()

@@ -9,7 +9,8 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
   broadcast along the channel axis.
 * ``conv2d_gradients``: a 2-D convolution's data and weights gradients from one ``convolution_backward`` call
   (oneDNN's backward for both), where the graph has ``conv2d_data_gradient`` and ``conv2d_weights_gradient`` of
-  one incoming gradient (the data gradient alone is a transposed convolution, which is slower on the CPU).
+  one incoming gradient (the data gradient alone is a transposed convolution, which is slower on the CPU); with
+  ``bias``, also the bias gradient, where the graph sums that gradient per output channel.
   conv2d's descriptor, NCHW data and OIHW weights only.
 * ``batch_norm_backward``: PyTorch's ``native_batch_norm_backward`` in training, ``(dx, dgamma, dbeta)`` from the
   saved mean and inverse standard deviation, one call; made by the PyTorch frontend where no kernels are generated
@@ -131,13 +132,16 @@ BATCH_NORM_INFERENCE = OpDef("batch_norm_inference", infer=_bn_rule, lower=_bn_l
 # ---- conv2d_gradients -------------------------------------------------------------------------------------------
 @attrs
 class ConvGradientsAttrs(Conv2dDescriptor):
-    """conv2d's descriptor (NCHW data and OIHW weights only) and the two gradient ops it replaced."""
+    """conv2d's descriptor (NCHW data and OIHW weights only), whether the bias gradient (the incoming gradient
+    summed per output channel) is a third output, and the gradient ops it replaced."""
 
+    bias: bool = False
     names: tuple[str, ...] = ()  # introspection only
 
 
-def _gradients_rule(a: ConvGradientsAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, TensorType]:
+def _gradients_rule(a: ConvGradientsAttrs, ins: tuple[TensorType, ...]) -> tuple[TensorType, ...]:
     _check_names(a)
+    check_flags(bias=a.bias)
     _check_torch_layouts(a)
     expect_arity(ins, 3)
     same_dtype(ins)
@@ -146,23 +150,24 @@ def _gradients_rule(a: ConvGradientsAttrs, ins: tuple[TensorType, ...]) -> tuple
     if grad.rank != y.rank or any(m is not None and n is not None and m != n
                                   for m, n in zip(grad.shape, y.shape, strict=True)):
         raise ShapeError(f"the incoming gradient must have the convolution's shape {y.shape}, got {grad.shape}")
-    return x, w
+    return (x, w, TensorType((w.shape[0],), w.dtype)) if a.bias else (x, w)
 
 
 def _gradients_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: ConvGradientsAttrs = ctx.attrs
     plan = _memo(lambda sizes, kernel: _pads(a, sizes, kernel))
 
-    def run(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(grad: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
         sizes = tuple(x.shape[2:])
         pads = plan(sizes, tuple(w.shape[2:]))
         padded, padding = _pad_for_torch(x, pads)  # asymmetric: the gradient of the padded source, cropped
-        dx, dw, _ = torch.ops.aten.convolution_backward(grad, padded, w, None, a.strides, padding, a.dilation_rates,
-                                                        False, [0, 0], a.groups, (True, True, False))
+        dx, dw, db = torch.ops.aten.convolution_backward(grad, padded, w, [w.shape[0]] if a.bias else None,
+                                                         a.strides, padding, a.dilation_rates, False, [0, 0],
+                                                         a.groups, (True, True, a.bias))
         if padded is not x:
             crop = tuple(slice(b, b + n) for n, (b, _) in zip(sizes, pads, strict=True))
             dx = dx[(slice(None), slice(None)) + crop]
-        return dx, dw
+        return (dx, dw, db) if a.bias else (dx, dw)
 
     return run
 

@@ -15,7 +15,8 @@ CPU): each such op is a pass of its own over memory there. The ops are ``ops/ven
   decompositions spell it) becomes ``threshold_gradient``: PyTorch's ``threshold_backward``, one pass.
 * ``conv2d_data_gradient`` and ``conv2d_weights_gradient`` of one incoming gradient and descriptor (NCHW, OIHW,
   static shapes), the data gradient's weights and the weights gradient's source being the convolution's, become
-  one ``conv2d_gradients`` (oneDNN's backward computes both in one call), placed where the first of the two was.
+  one ``conv2d_gradients`` (oneDNN's backward computes both in one call), placed where the first of the two was;
+  a ``reduce_sum`` of that gradient over (N, H, W) (the bias gradient) joins them as a third output.
 
 >>> import opgraph as og, torch
 >>> from opgraph.passes.program import Program
@@ -42,6 +43,7 @@ from ..ops.elementwise import ADD, LESS_EQUAL, SELECT
 from ..ops.norm import NORMALIZE, channel_axis
 from ..ops.pooling import MAX_POOL2D, MAX_POOL4D
 from ..ops.pooling_indices import MAX_POOL2D_RETURN_INDICES, MAX_POOL4D_RETURN_INDICES
+from ..ops.reduce import REDUCE_SUM
 from ..ops.shape import EXPAND_DIMS, RESHAPE
 from ..ops.vendor_fused import (
     BATCH_NORM_INFERENCE,
@@ -154,31 +156,43 @@ def _threshold_plans(program: Program) -> dict[int, tuple[Tensor, float]]:
     return plans
 
 
-def _gradient_pairs(program: Program) -> dict[int, tuple[Operation, Operation]]:
-    """id(the earlier op) -> (data gradient, weights gradient) of one incoming gradient and descriptor, whose other
-    input (the later op's weights or source) exists before the earlier op."""
+GradientGroup = tuple[Operation, Operation, "Operation | None"]  # data, weights and bias gradients
+
+
+def _gradient_pairs(program: Program) -> dict[int, GradientGroup]:
+    """id(the earliest op) -> (data gradient, weights gradient, bias gradient or None) of one incoming gradient and
+    descriptor, whose other inputs (the source and the weights) exist before the earliest op. A bias gradient is a
+    ``reduce_sum`` of that incoming gradient over (N, H, W), as the torch frontend writes ``convolution_backward``'s."""
     position = {id(op): i for i, op in enumerate(program.graph.ops)}
     readers, outputs = _readers(program), {id(t) for t in program.outputs}
     by_gradient: dict[int, list[Operation]] = {}
+    bias_sums: dict[int, list[Operation]] = {}
     for op in program.graph.ops:
+        live = readers.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs if op.outputs else False
+        if op.op is REDUCE_SUM and live and op.inputs[0].rank == 4 and op.attrs.axes == (0, 2, 3) \
+                and not op.attrs.keepdims:
+            bias_sums.setdefault(id(op.inputs[0]), []).append(op)
         if op.op not in (CONV2D_DATA_GRADIENT, CONV2D_WEIGHTS_GRADIENT):
             continue
         d = op.attrs.descriptor
-        live = readers.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs  # a dead one is not computed
         torch_layouts = d.data_layout is TensorLayout.NCHW and d.weights_layout is WeightsLayout.OIHW
-        if live and len(op.inputs) == 2 and torch_layouts:
+        if live and len(op.inputs) == 2 and torch_layouts:  # a dead one is not computed
             by_gradient.setdefault(id(op.inputs[0]), []).append(op)
-    pairs: dict[int, tuple[Operation, Operation]] = {}
-    for ops in by_gradient.values():
+    pairs: dict[int, GradientGroup] = {}
+    for grad, ops in by_gradient.items():
         weights = [op for op in ops if op.op is CONV2D_WEIGHTS_GRADIENT]
+        sums = bias_sums.get(grad, [])
         for data in (op for op in ops if op.op is CONV2D_DATA_GRADIENT):
             for wg in weights:
-                first, second = sorted((data, wg), key=lambda op: position[id(op)])
+                bias = sums[0] if sums else None
+                first = min((data, wg, *((bias,) if bias else ())), key=lambda op: position[id(op)])
+                before = all(position.get(id(t.op), -1) < position[id(first)] for t in (*data.inputs, *wg.inputs))
                 if data.attrs.descriptor == wg.attrs.descriptor and data.inputs[1].type == wg.outputs[0].type \
-                        and wg.inputs[1].type == data.outputs[0].type \
-                        and position.get(id(second.inputs[1].op), -1) < position[id(first)]:
-                    pairs[id(first)] = (data, wg)
+                        and wg.inputs[1].type == data.outputs[0].type and before:
+                    pairs[id(first)] = (data, wg, bias)
                     weights.remove(wg)
+                    if bias is not None:
+                        sums.remove(bias)
                     break
     return pairs
 
@@ -212,14 +226,14 @@ def fuse_vendor_calls(program: Program) -> Program:
         if id(op) in later:
             return [later.pop(id(op))]
         if id(op) in pairs:
-            data, wg = pairs[id(op)]
-            d = data.attrs.descriptor
+            group = [o for o in pairs[id(op)] if o is not None]
+            d = group[0].attrs.descriptor
             fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
-            grad, x, w = (new_of[id(t)] for t in (data.inputs[0], wg.inputs[1], data.inputs[1]))
-            dx, dw = g._add_op(CONV2D_GRADIENTS, [grad, x, w], ConvGradientsAttrs(**fields, names=(data.name, wg.name)),
-                               op.name).outputs
-            later[id(wg if op is data else data)] = dw if op is data else dx
-            return [dx if op is data else dw]
+            grad, x, w = (new_of[id(t)] for t in (group[0].inputs[0], group[1].inputs[1], group[0].inputs[1]))
+            both = ConvGradientsAttrs(**fields, bias=len(group) == 3, names=tuple(o.name for o in group))
+            made = g._add_op(CONV2D_GRADIENTS, [grad, x, w], both, op.name).outputs
+            later.update((id(o), t) for o, t in zip(group, made, strict=True) if o is not op)
+            return [made[group.index(op)]]
         if id(op) in thresholds:
             x, threshold = thresholds[id(op)]
             names = (op.inputs[0].op.name, op.name)
