@@ -426,9 +426,13 @@ def test_scaled_dot_product_attention_training(dtype: torch.dtype) -> None:
     check_training(_seeded(Attention, dtype), torch.randn(2, 5, 8, dtype=dtype))
 
 
+@pytest.mark.parametrize("vendor", [True, False], ids=["vendor", "spelled"])
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_encoder_layer_inference_fast_path(norm_first: bool, activation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_encoder_layer_inference_fast_path(norm_first: bool, activation: str, vendor: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ATen op: on the CPU PyTorch's fused call (transformer_encoder_layer), spelled with opgraph's ops where
+    kernels are generated (here: fusion off)."""
     model = _seeded(lambda: nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, activation=activation,
                                                        batch_first=True, norm_first=norm_first)).eval()
     op = aten._transformer_encoder_layer_fwd.default  # nn.TransformerEncoderLayer's fast path: one ATen op
@@ -436,8 +440,10 @@ def test_encoder_layer_inference_fast_path(norm_first: bool, activation: str, mo
     converter = CONVERTERS[op]
     monkeypatch.setitem(CONVERTERS, op, lambda *args, **kwargs: calls.append(1) or converter(*args, **kwargs))
     with torch.no_grad():
-        check_inference(model, torch.randn(2, 5, 16), rtol=1e-4, atol=1e-5)
+        reports = check_inference(model, torch.randn(2, 5, 16), rtol=1e-4, atol=1e-5, options={"fusion": vendor})
     assert calls == [1]
+    kernels = [k.op for r in reports for k in r.kernels]
+    assert ("transformer_encoder_layer" in kernels) is vendor, kernels
 
 
 def test_16_bit_models_keep_pytorchs_statistics_dtypes() -> None:

@@ -55,14 +55,14 @@ def fell_back(fn: Callable[..., Any], *inputs: Any) -> tuple[Any, list[GraphRepo
 
 
 def check_inference(fn: Callable[..., Any], *inputs: Any, rtol: float = 1e-5, atol: float = 1e-6,
-                    allow: Sequence[str] = ()) -> list[GraphReport]:
-    """``fn(*inputs)`` compiled equals eager (under ``torch.no_grad``: an inference graph); no ATen op falls back
-    except those in ``allow``. Returns the reports."""
+                    allow: Sequence[str] = (), options: dict[str, Any] | None = None) -> list[GraphReport]:
+    """``fn(*inputs)`` compiled (with the backend's ``options``) equals eager (under ``torch.no_grad``: an inference
+    graph); no ATen op falls back except those in ``allow``. Returns the reports."""
     with torch.no_grad():
         want = fn(*inputs)
     with recording() as reports, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        got = compiled(fn)(*inputs)
+        got = compiled(fn, options)(*inputs)
     torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
     extra = {k: v for k, v in fallbacks(reports).items() if k not in allow}
     assert not extra, f"ATen ops fell back: {extra}"

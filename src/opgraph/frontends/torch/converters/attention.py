@@ -23,6 +23,7 @@ from ....core.errors import ShapeError
 from ....core.shape import broadcast_shapes
 from ....ir.graph import Tensor
 from ....ops.attention import lse_dtype
+from ....ops.vendor_layers import TRANSFORMER_ENCODER_LAYER, EncoderLayerAttrs
 from ..custom_ops import ATTENTION, ATTENTION_BACKWARD
 from ..registry import ConvertContext, Unsupported, converts
 from .nn import _cast, _floating, _static, _traced_zeros, _want
@@ -168,13 +169,19 @@ def _encoder_layer(ctx: ConvertContext, src: Tensor, embed_dim: int, num_heads: 
                    eps: float, norm_weight_1: Tensor, norm_bias_1: Tensor, norm_weight_2: Tensor, norm_bias_2: Tensor,
                    ffn_weight_1: Tensor, ffn_bias_1: Tensor, ffn_weight_2: Tensor, ffn_bias_2: Tensor,
                    mask: Tensor | None = None, mask_type: int | None = None) -> Tensor:
-    """``nn.TransformerEncoderLayer``'s inference fast path (batch first), as its slow path computes it."""
+    """``nn.TransformerEncoderLayer``'s inference fast path (batch first), as its slow path computes it; where no
+    kernels are generated, PyTorch's one call (``ops/vendor_layers.py``)."""
     g = ctx.g
     _floating(src)
     if mask is not None:
         raise Unsupported("a masked encoder-layer fast path")
     if src.rank != 3:
         raise Unsupported(f"an encoder layer on a rank-{src.rank} input")
+    weights = [qkv_weight, qkv_bias, proj_weight, proj_bias, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+               ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2]
+    if ctx.vendor_ops and all(isinstance(t, Tensor) and t.dtype is src.dtype for t in weights):
+        return g._apply(TRANSFORMER_ENCODER_LAYER, [src, *weights],
+                        EncoderLayerAttrs(int(num_heads), bool(use_gelu), bool(norm_first), float(eps)))
     batch, length, e = _static(src.shape, "the encoder layer's input")
     heads = int(num_heads)
     if e != embed_dim or e % heads:
