@@ -5,7 +5,7 @@ converters spell them with opgraph's ops, which fuse.
 * ``transformer_encoder_layer(src, 12 weights)``: ``nn.TransformerEncoderLayer``'s inference fast path, batch
   first, without a mask (PyTorch's ``_transformer_encoder_layer_fwd``): self-attention over ``num_heads`` heads with
   the packed (3E, E) input projection and the output projection, the feed-forward block (GELU or ReLU), and the two
-  layer norms before each block (``norm_first``) or after each residual add. Spelled as ops on the CPU it is ~40
+  layer norms before each block (``norm_first``) or after each residual add. Spelled as ops on the CPU it is ~35
   calls against eager's one.
 
 The weights follow the ATen op's order: ``qkv_weight (3E, E), qkv_bias (3E,), proj_weight (E, E), proj_bias (E,),
