@@ -181,8 +181,18 @@ def _embedding_rule(a: EmbeddingGradientAttrs, ins: tuple[TensorType, ...]) -> T
 
 def _embedding_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: EmbeddingGradientAttrs = ctx.attrs
-    return lambda gy, indices: torch.ops.aten.embedding_dense_backward(gy, indices, a.num_weights, a.padding_idx,
-                                                                       a.scale_grad_by_freq)
+    check = getattr(ctx.options, "check_indices", True)
+
+    def run(gy: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        # PyTorch's CPU kernel adds rows at the indices unchecked: one that is out of range must not reach it
+        bad = (indices < 0) | (indices >= a.num_weights) if check and indices.numel() else None
+        if bad is not None and bool(bad.any()):
+            raise IndexError(f"embedding_gradient: index {int(indices[bad][0])} is out of range for "
+                             f"{a.num_weights} rows")
+        return torch.ops.aten.embedding_dense_backward(gy, indices, a.num_weights, a.padding_idx,
+                                                       a.scale_grad_by_freq)
+
+    return run
 
 
 EMBEDDING_GRADIENT = OpDef("embedding_gradient", infer=_embedding_rule, lower=_embedding_lower,
