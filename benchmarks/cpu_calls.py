@@ -1,7 +1,8 @@
 """The single PyTorch calls behind opgraph's CPU vendor ops and host-side shortcuts, timed one by one (median us of
 ``--iters`` calls after a warm-up, one thread): a masked select (``torch.where``, the spelling PyTorch's
 decompositions give ReLU's and select's gradients) against ``threshold_backward``, a zero padding and a copy of the
-same tensor, and ``torch.broadcast_shapes`` against comparing three shapes (attention's batch shape); then, on a
+same tensor, ``torch.broadcast_shapes`` against comparing three shapes (attention's batch shape), and GELU alone and
+with the maximum opgraph's CPU lowering reads to mend PyTorch's NaN at +inf; then, on a
 ``--matrix`` (BERT's word-embedding table by default), an add of row-major operands against one read transposed, and
 a broadcast zero cloned against a zero fill.
 
@@ -47,6 +48,8 @@ def cases(shape: tuple[int, ...]) -> dict[str, Callable[[], Any]]:
         "select's gradient as F.pad": lambda: F.pad(head.unsqueeze(0), (0, 0) * (len(shape) - 1) + (1, shape[0] - 2)),
         "torch.broadcast_shapes(3 shapes)": lambda: torch.broadcast_shapes(size, size, size),
         "3 shapes compared": lambda: size == size == size,
+        "F.gelu(x)": lambda: F.gelu(x),
+        "F.gelu(x) and x.amax().item() (opgraph's +inf check)": lambda: (F.gelu(x), x.amax().item()),
     }
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 import opgraph as og
+from opgraph.ops.activation import GeluAttrs
 from opgraph.ops.vendor_gradients import (
     EMBEDDING_GRADIENT,
     GELU_GRADIENT,
     LOG_SOFTMAX_GRADIENT,
     NLL_LOSS_GRADIENT,
     EmbeddingGradientAttrs,
-    GeluGradientAttrs,
     LogSoftmaxGradientAttrs,
     NllLossGradientAttrs,
 )
@@ -49,7 +49,7 @@ def _log_probs(rng: np.random.Generator, shape: tuple[int, ...], axis: int, dtyp
 def _ls_samples(rng: np.random.Generator) -> list[Sample]:
     return [
         Sample([rand(rng, (4, 7)), _log_probs(rng, (4, 7), 1)], {"axis": 1}, "f32-rows"),
-        Sample([rand(rng, (3, 5, 2), np.float64), _log_probs(rng, (3, 5, 2), 1, np.float64)], {"axis": -2},
+        Sample([rand(rng, (3, 5, 2), np.float64), _log_probs(rng, (3, 5, 2), 1, np.float64)], {"axis": 1},
                "f64-middle-axis"),
         Sample([rand(rng, (2, 6), torch.bfloat16), _log_probs(rng, (2, 6), 1, torch.bfloat16)], {"axis": 1}, "bf16"),
         Sample([rand(rng, (0, 3)), rand(rng, (0, 3))], {"axis": 1}, "empty"),
@@ -57,13 +57,16 @@ def _ls_samples(rng: np.random.Generator) -> list[Sample]:
 
 
 LS_ERRORS = [
-    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError, "one shape", "shapes"),
-    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3), og.float64)), og.DTypeError, "one dtype",
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (3, 2)), axis=1), og.ShapeError,
+              r"incoming gradient \(against log_softmax's result\) has shape \(2, 3\), expected \(3, 2\)", "shapes"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3), og.float64), axis=1), og.DTypeError, "one dtype",
               "mixed-dtypes"),
-    ErrorCase(lambda g: _ls_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32)), og.DTypeError, "int32",
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32), axis=0), og.DTypeError, "int32",
               "integer"),
-    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3)), axis=2), og.AttributeValueError,
-              "axis must be an int", "axis"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3)), axis=2), og.ShapeError,
+              "axis 2 is out of range for rank 2", "axis"),
+    ErrorCase(lambda g: _ls_build(g, _ph(g, (2, 3)), _ph(g, (2, 3)), axis=-1), og.ShapeError,
+              "must be non-negative", "negative-axis"),
 ]
 
 
@@ -73,7 +76,7 @@ def _nll_build(g: og.Graph, *ins: og.Tensor, **kw: Any) -> og.Tensor:
 
 
 def np_nll_loss_gradient(gy: np.ndarray, x: np.ndarray, target: np.ndarray, total: np.ndarray, *weight: np.ndarray,
-                         reduction: str = "mean", ignore_index: int = -100) -> np.ndarray:
+                         reduction: og.LossReduction = og.LossReduction.MEAN, ignore_index: int = -100) -> np.ndarray:
     rows = x.reshape(-1, x.shape[-1])
     out = np.zeros(rows.shape, np.float64)
     targets = np.asarray(target).reshape(-1)
@@ -82,24 +85,26 @@ def np_nll_loss_gradient(gy: np.ndarray, x: np.ndarray, target: np.ndarray, tota
         if t == ignore_index:
             continue
         w = float(weight[0][t]) if weight else 1.0
-        out[n, t] = -w * grads[n] / (float(total) if reduction == "mean" else 1.0)
+        out[n, t] = -w * grads[n] / (float(total) if reduction is og.LossReduction.MEAN else 1.0)
     return out.reshape(x.shape)
 
 
 def _nll_samples(rng: np.random.Generator) -> list[Sample]:
-    def case(n: int, c: int, reduction: str, dtype: Any = np.float32, weighted: bool = False,
+    def case(n: int, c: int, reduction: og.LossReduction, dtype: Any = np.float32, weighted: bool = False,
              ignore: int = -100) -> list[Any]:
         target = rng.integers(0, c, n).astype(np.int64)
         if ignore >= 0:
             target[0] = ignore
-        gy = rand(rng, (n,) if reduction == "none" else (), dtype)
+        gy = rand(rng, (n,) if reduction is og.LossReduction.NONE else (), dtype)
         ins = [gy, rand(rng, (n, c), dtype), target, np.asarray(rng.uniform(1.0, 3.0), dtype)]
         return ins + ([rng.uniform(0.5, 2.0, c).astype(dtype)] if weighted else [])
 
     return [
-        Sample(case(5, 4, "mean"), {}, "f32-mean"),
-        Sample(case(6, 3, "sum", np.float64, weighted=True), {"reduction": "sum"}, "f64-sum-weighted"),
-        Sample(case(4, 5, "none", ignore=2), {"reduction": "none", "ignore_index": 2}, "f32-none-ignore"),
+        Sample(case(5, 4, og.LossReduction.MEAN), {}, "f32-mean"),
+        Sample(case(6, 3, og.LossReduction.SUM, np.float64, weighted=True), {"reduction": og.LossReduction.SUM},
+               "f64-sum-weighted"),
+        Sample(case(4, 5, og.LossReduction.NONE, ignore=2), {"reduction": og.LossReduction.NONE, "ignore_index": 2},
+               "f32-none-ignore"),
         Sample([np.asarray(0.5, np.float32), rand(rng, (3,)), np.asarray(1, np.int64), np.asarray(1.0, np.float32)],
                {}, "f32-one-sample"),
     ]
@@ -113,19 +118,20 @@ NLL_ERRORS = [
     ErrorCase(lambda g: _nll_build(g, _ph(g, (2,)), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ())),
               og.ShapeError, "a scalar", "mean-of-a-vector-gradient"),
     ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ()),
-                                   reduction="avg"), og.AttributeValueError, "reduction must be", "reduction"),
+                                   reduction="mean"), og.AttributeValueError, "reduction must be an og.LossReduction",
+              "reduction-as-a-string"),
     ErrorCase(lambda g: _nll_build(g, _ph(g, ()), _ph(g, (2, 3)), _ph(g, (2,), og.int64), _ph(g, ()), _ph(g, (4,))),
               og.ShapeError, "weight", "weight-size"),
 ]
 
 # ---- gelu_gradient ----------------------------------------------------------------------------------------------
 def _gelu_build(g: og.Graph, gy: og.Tensor, x: og.Tensor, **kw: Any) -> og.Tensor:
-    return g._apply(GELU_GRADIENT, [gy, x], GeluGradientAttrs(**kw))
+    return g._apply(GELU_GRADIENT, [gy, x], GeluAttrs(**kw))
 
 
-def np_gelu_gradient(gy: Any, x: Any, approximate: str = "none") -> np.ndarray:
+def np_gelu_gradient(gy: Any, x: Any, approximate: og.GeluApproximation = og.GeluApproximation.NONE) -> np.ndarray:
     gy64, x64 = (np.asarray(v.float() if isinstance(v, torch.Tensor) else v, np.float64) for v in (gy, x))
-    if approximate == "tanh":
+    if approximate is og.GeluApproximation.TANH:
         k = math.sqrt(2.0 / math.pi)
         inner = k * (x64 + 0.044715 * x64 ** 3)
         t = np.tanh(inner)
@@ -139,16 +145,18 @@ def np_gelu_gradient(gy: Any, x: Any, approximate: str = "none") -> np.ndarray:
 def _gelu_samples(rng: np.random.Generator) -> list[Sample]:
     return [
         Sample([rand(rng, (3, 7)), rand(rng, (3, 7), low=-4.0, high=4.0)], {}, "f32-erf"),
-        Sample([rand(rng, (2, 3, 4), np.float64), rand(rng, (2, 3, 4), np.float64)], {"approximate": "tanh"},
+        Sample([rand(rng, (2, 3, 4), np.float64), rand(rng, (2, 3, 4), np.float64)],
+               {"approximate": og.GeluApproximation.TANH},
                "f64-tanh"),
         Sample([rand(rng, (5,), torch.bfloat16), rand(rng, (5,), torch.bfloat16)], {}, "bf16"),
     ]
 
 
 GELU_ERRORS = [
-    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError, "one shape", "shapes"),
-    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2,)), _ph(g, (2,)), approximate="fast"), og.AttributeValueError,
-              "approximate must be", "approximate"),
+    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2, 3)), _ph(g, (3, 2))), og.ShapeError,
+              r"incoming gradient \(against x\) has shape \(2, 3\), expected \(3, 2\)", "shapes"),
+    ErrorCase(lambda g: _gelu_build(g, _ph(g, (2,)), _ph(g, (2,)), approximate="tanh"), og.AttributeValueError,
+              "approximate must be a GeluApproximation", "approximate-as-a-string"),
     ErrorCase(lambda g: _gelu_build(g, _ph(g, (2,), og.int32), _ph(g, (2,), og.int32)), og.DTypeError, "int32",
               "integer"),
 ]
@@ -184,7 +192,7 @@ def _embedding_samples(rng: np.random.Generator) -> list[Sample]:
 
 EMBEDDING_ERRORS = [
     ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (3,), og.int64), num_weights=4), og.ShapeError,
-              "less its last dim", "rows"),
+              r"less its last dim \(against the indices\) has shape \(2\), expected \(3\)", "rows"),
     ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (2,), og.float32), num_weights=4), og.DTypeError,
               "int32 or int64 indices", "float-indices"),
     ErrorCase(lambda g: _embedding_build(g, _ph(g, (2, 3)), _ph(g, (2,), og.int64), num_weights=-1),

@@ -17,7 +17,7 @@ graph spells as several ops (``passes/vendor_fused.py``), after autodiff, so the
   (elsewhere its converter spells it with elementwise ops and two sums, which fuse into regions).
 * ``batch_norm_update``: PyTorch's ``_native_batch_norm_legit_functional`` in training, the normalised result, the
   batch mean and inverse standard deviation, and the running mean and variance moved by ``momentum`` (the variance
-  unbiased), one call where the converter otherwise spells the update as ~10 elementwise ops; made by the PyTorch
+  unbiased), one call where the converter otherwise spells the update with elementwise ops; made by the PyTorch
   frontend where no kernels are generated.
 * ``layer_norm_forward`` / ``layer_norm_backward``: PyTorch's ``native_layer_norm`` (the result and the mean and
   inverse standard deviation it saves) and its backward, float32 and float64, one call each; made by the PyTorch

@@ -11,10 +11,10 @@ RESULTS.md, eleventh session).
   ``-w[t] x[n, t]`` with respect to ``x`` (PyTorch's ``nll_loss_backward``): ``-w[t] * gy`` at each target
   (divided by ``total_weight`` for the mean), 0 elsewhere and for ``ignore_index``.
 * ``gelu_gradient(gy, x)``: ``gy * d gelu(x) / dx``, exact (erf) or tanh-approximated (PyTorch's ``gelu_backward``),
-  where the spelling is eight elementwise ops.
+  where the erf form is spelled as eleven elementwise ops.
 * ``embedding_gradient(gy, indices)``: each row of ``gy`` added into the weight row its index names, none for
   ``padding_idx``, divided by the index's count with ``scale_grad_by_freq`` (PyTorch's ``embedding_dense_backward``:
-  a zero fill and an index add, where the spelling copies a broadcast zero and scatters behind ~8 mask ops).
+  a zero fill and an index add, where the spelling copies a broadcast zero and scatters behind ~9 index and mask ops).
 
 >>> import opgraph as og, torch
 >>> g = og.Graph()
@@ -34,21 +34,19 @@ import torch
 
 from ..core.dtype import FLOAT_DTYPES, int32, int64
 from ..core.errors import AttributeValueError, DTypeError, ShapeError
+from ..core.shape import normalize_axis
 from ..core.types import TensorType
+from ._padding import check_same_dims
 from ._rules import expect_arity, expect_dtype, same_dtype
+from .activation import GeluAttrs, _gelu_rule
+from .losses import LossReduction
 from .registry import FusionKind, LowerContext, OpDef, attrs
-
-
-def _same_dims(a: TensorType, b: TensorType, what: str) -> None:
-    if a.rank != b.rank or any(m is not None and n is not None and m != n for m, n in zip(a.shape, b.shape,
-                                                                                         strict=True)):
-        raise ShapeError(f"{what} must have one shape, got {a.shape} and {b.shape}")
 
 
 # ---- log_softmax_gradient ---------------------------------------------------------------------------------------
 @attrs
 class LogSoftmaxGradientAttrs:
-    axis: int = -1
+    axis: int  # normalised: non-negative (as softmax's)
 
 
 def _log_softmax_rule(a: LogSoftmaxGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
@@ -57,14 +55,14 @@ def _log_softmax_rule(a: LogSoftmaxGradientAttrs, ins: tuple[TensorType, ...]) -
     for t in ins:
         expect_dtype(t, FLOAT_DTYPES)
     gy, y = ins
-    _same_dims(gy, y, "the incoming gradient and log_softmax's result")
-    if isinstance(a.axis, bool) or not isinstance(a.axis, int) or not -max(y.rank, 1) <= a.axis < max(y.rank, 1):
-        raise AttributeValueError(f"axis must be an int in [-{max(y.rank, 1)}, {max(y.rank, 1)}), got {a.axis!r}")
+    check_same_dims(gy.shape, y.shape, "the incoming gradient (against log_softmax's result)")
+    if normalize_axis(a.axis, y.rank) != a.axis:
+        raise ShapeError(f"axis {a.axis} must be non-negative (the converter normalises it)")
     return y
 
 
 def _log_softmax_lower(ctx: LowerContext) -> Callable[..., Any]:
-    axis = ctx.attrs.axis % max(ctx.in_types[1].rank, 1)
+    axis = ctx.attrs.axis
     return lambda gy, y: torch._log_softmax_backward_data(gy, y, axis, y.dtype)
 
 
@@ -74,19 +72,19 @@ LOG_SOFTMAX_GRADIENT = OpDef("log_softmax_gradient", infer=_log_softmax_rule, lo
 
 
 # ---- nll_loss_gradient ------------------------------------------------------------------------------------------
-REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # ATen's enum
+ATEN_REDUCTIONS = {LossReduction.NONE: 0, LossReduction.MEAN: 1, LossReduction.SUM: 2}  # ATen's enum
 
 
 @attrs
 class NllLossGradientAttrs:
-    reduction: str = "mean"
+    reduction: LossReduction = LossReduction.MEAN
     ignore_index: int = -100
     has_weight: bool = False
 
 
 def _nll_rule(a: NllLossGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    if a.reduction not in REDUCTIONS:
-        raise AttributeValueError(f"reduction must be one of {sorted(REDUCTIONS)}, got {a.reduction!r}")
+    if not isinstance(a.reduction, LossReduction):
+        raise AttributeValueError(f"reduction must be an og.LossReduction, got {a.reduction!r}")
     if isinstance(a.ignore_index, bool) or not isinstance(a.ignore_index, int) or not isinstance(a.has_weight, bool):
         raise AttributeValueError(f"ignore_index must be an int and has_weight a bool, got {a.ignore_index!r} and "
                                   f"{a.has_weight!r}")
@@ -99,10 +97,10 @@ def _nll_rule(a: NllLossGradientAttrs, ins: tuple[TensorType, ...]) -> TensorTyp
     if x.rank not in (1, 2) or target.rank != x.rank - 1 or (x.rank == 2 and None not in (x.shape[0], target.shape[0])
                                                              and x.shape[0] != target.shape[0]):
         raise ShapeError(f"x must be (N, C) with targets (N,) or (C,) with a scalar target, got {x} and {target}")
-    per_item = a.reduction == "none" and x.rank == 2
+    per_item = a.reduction is LossReduction.NONE and x.rank == 2
     if (gy.shape != target.shape) if per_item else gy.rank != 0:
         raise ShapeError(f"the incoming gradient must be {'(N,)' if per_item else 'a scalar'} for reduction "
-                         f"{a.reduction!r}, got {gy}")
+                         f"{a.reduction.name}, got {gy}")
     if total.rank != 0 or any(w.rank != 1 or None not in (w.shape[0], x.shape[-1]) and w.shape[0] != x.shape[-1]
                               for w in weight):
         raise ShapeError(f"total_weight must be a scalar and weight (C,), got {total} and {weight}")
@@ -111,7 +109,7 @@ def _nll_rule(a: NllLossGradientAttrs, ins: tuple[TensorType, ...]) -> TensorTyp
 
 def _nll_lower(ctx: LowerContext) -> Callable[..., Any]:
     a: NllLossGradientAttrs = ctx.attrs
-    reduction = REDUCTIONS[a.reduction]
+    reduction = ATEN_REDUCTIONS[a.reduction]
 
     def run(gy: torch.Tensor, x: torch.Tensor, target: torch.Tensor, total: torch.Tensor,
             *weight: torch.Tensor) -> torch.Tensor:
@@ -127,28 +125,21 @@ NLL_LOSS_GRADIENT = OpDef("nll_loss_gradient", infer=_nll_rule, lower=_nll_lower
 
 
 # ---- gelu_gradient ----------------------------------------------------------------------------------------------
-@attrs
-class GeluGradientAttrs:
-    approximate: str = "none"  # or "tanh"
-
-
-def _gelu_rule(a: GeluGradientAttrs, ins: tuple[TensorType, ...]) -> TensorType:
-    if a.approximate not in ("none", "tanh"):
-        raise AttributeValueError(f"approximate must be 'none' or 'tanh', got {a.approximate!r}")
+def _gelu_gradient_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
+    """gelu's rule on x (its attributes are gelu's), and the incoming gradient of x's type."""
     expect_arity(ins, 2)
+    x = _gelu_rule(a, ins[1:])
     same_dtype(ins)
-    for t in ins:
-        expect_dtype(t, FLOAT_DTYPES)
-    _same_dims(ins[0], ins[1], "the incoming gradient and x")
-    return ins[1]
+    check_same_dims(ins[0].shape, x.shape, "the incoming gradient (against x)")
+    return x
 
 
 def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
-    approximate = ctx.attrs.approximate
+    approximate = ctx.attrs.approximate.value
     return lambda gy, x: torch.ops.aten.gelu_backward(gy, x, approximate=approximate)
 
 
-GELU_GRADIENT = OpDef("gelu_gradient", infer=_gelu_rule, lower=_gelu_lower, attrs=GeluGradientAttrs,
+GELU_GRADIENT = OpDef("gelu_gradient", infer=_gelu_gradient_rule, lower=_gelu_lower, attrs=GeluAttrs,
                       fusion=FusionKind.OPAQUE, differentiable=False, doc="gy times GELU's derivative at x, one call")
 
 
@@ -174,8 +165,7 @@ def _embedding_rule(a: EmbeddingGradientAttrs, ins: tuple[TensorType, ...]) -> T
     if gy.rank != indices.rank + 1:
         raise ShapeError(f"the incoming gradient must be the indices' shape plus the embedding dim, got {gy} and "
                          f"{indices}")
-    _same_dims(TensorType(gy.shape[:-1], gy.dtype), TensorType(indices.shape, gy.dtype), "the incoming gradient "
-               "less its last dim and the indices")
+    check_same_dims(gy.shape[:-1], indices.shape, "the incoming gradient less its last dim (against the indices)")
     return TensorType((a.num_weights, gy.shape[-1]), gy.dtype)
 
 
@@ -199,5 +189,5 @@ EMBEDDING_GRADIENT = OpDef("embedding_gradient", infer=_embedding_rule, lower=_e
                            attrs=EmbeddingGradientAttrs, fusion=FusionKind.OPAQUE, differentiable=False,
                            doc="an embedding table's gradient: gy's rows added into the rows the indices name")
 
-__all__ = ["EMBEDDING_GRADIENT", "GELU_GRADIENT", "LOG_SOFTMAX_GRADIENT", "NLL_LOSS_GRADIENT", "REDUCTIONS",
-           "EmbeddingGradientAttrs", "GeluGradientAttrs", "LogSoftmaxGradientAttrs", "NllLossGradientAttrs"]
+__all__ = ["ATEN_REDUCTIONS", "EMBEDDING_GRADIENT", "GELU_GRADIENT", "LOG_SOFTMAX_GRADIENT", "NLL_LOSS_GRADIENT",
+           "EmbeddingGradientAttrs", "LogSoftmaxGradientAttrs", "NllLossGradientAttrs"]

@@ -20,8 +20,8 @@ import torch
 
 from ....core.dtype import DType, bfloat16, bool_, float16, float32, float64, from_torch, int16, int32, int64
 from ....ir.graph import Tensor
-from ....ops.activation import GeluApproximation
-from ....ops.vendor_gradients import GELU_GRADIENT, GeluGradientAttrs
+from ....ops.activation import GeluApproximation, GeluAttrs
+from ....ops.vendor_gradients import GELU_GRADIENT
 from ..registry import ConvertContext, Unsupported, converts
 
 aten = torch.ops.aten
@@ -580,8 +580,8 @@ def _silu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor) -> Tensor:
 @converts(aten.gelu_backward.default)
 def _gelu_backward(ctx: ConvertContext, grad: Tensor, x: Tensor, *, approximate: str = "none") -> Tensor:
     g, out = ctx.g, _floating(ctx, "gelu_backward")
-    if ctx.vendor_ops and grad.type == x.type and x.dtype is out and approximate in ("none", "tanh"):
-        return g._apply(GELU_GRADIENT, [grad, x], GeluGradientAttrs(approximate))  # PyTorch's one call
+    if ctx.vendor_ops and grad.type == x.type and x.dtype is out:  # PyTorch's one call
+        return g._apply(GELU_GRADIENT, [grad, x], GeluAttrs(_approximation(approximate)))
     dt = _opmath(out)
     gr, a = _as(ctx, grad, dt), _as(ctx, x, dt)
     if _approximation(approximate) is GeluApproximation.TANH:

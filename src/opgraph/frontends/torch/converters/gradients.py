@@ -12,9 +12,9 @@ import torch
 from ....core.dtype import from_torch, int64
 from ....ir.graph import Tensor
 from ....ops.vendor_gradients import (
+    ATEN_REDUCTIONS,
     LOG_SOFTMAX_GRADIENT,
     NLL_LOSS_GRADIENT,
-    REDUCTIONS,
     LogSoftmaxGradientAttrs,
     NllLossGradientAttrs,
 )
@@ -22,6 +22,7 @@ from ..registry import ConvertContext, Unsupported, converts
 from .nn import _cast, _floating
 
 aten = torch.ops.aten
+_REDUCTION_OF = {v: k for k, v in ATEN_REDUCTIONS.items()}  # ATen's reduction enum -> og.LossReduction
 
 
 @converts(aten._log_softmax_backward_data.default)
@@ -41,14 +42,13 @@ def _nll_loss_backward(ctx: ConvertContext, gy: Tensor, x: Tensor, target: Tenso
     """``-w[t] * gy`` (over ``total_weight`` for the mean) at each target, 0 elsewhere and at ``ignore_index``."""
     g = ctx.g
     _floating(gy, x, weight)
-    names = {v: k for k, v in REDUCTIONS.items()}
-    if reduction not in names or x.rank not in (1, 2) or x.shape[-1] is None:
+    if reduction not in _REDUCTION_OF or x.rank not in (1, 2) or x.shape[-1] is None:
         raise Unsupported(f"nll_loss_backward of reduction {reduction!r} and input {x}")
     target = _cast(ctx, target, int64)
     if ctx.vendor_ops:
         ins = [gy, x, target, _cast(ctx, total_weight, x.dtype)]
         ins += [_cast(ctx, weight, x.dtype)] if weight is not None else []
-        attrs = NllLossGradientAttrs(names[reduction], int(ignore_index), weight is not None)
+        attrs = NllLossGradientAttrs(_REDUCTION_OF[reduction], int(ignore_index), weight is not None)
         return g._apply(NLL_LOSS_GRADIENT, ins, attrs)
     classes = int(x.shape[-1])
     picked = g.one_hot(target, classes, dtype=x.dtype)  # 0 rows for targets outside [0, C), ignore_index too

@@ -424,7 +424,7 @@ def _batch_norm_functional(ctx: ConvertContext, x: Tensor, w: Tensor | None, b: 
     st = _compute(x.dtype)
     if ctx.vendor_ops and x.rank >= 2 and x.dtype.is_floating and not x.dtype.is_complex \
             and all(t.dtype is st for t in (w, b, running_mean, running_var) if t is not None):
-        # no kernels generated here: PyTorch's one call, not a batch norm and ~10 elementwise ops for the update
+        # no kernels generated here: PyTorch's one call, not a batch norm and 8 more ops for the update
         ins = [x, *(t for t in (w, b) if t is not None), running_mean, running_var]
         whole = g._apply_multi(BATCH_NORM_UPDATE, ins, BatchNormUpdateAttrs(float(momentum), float(eps),
                                                                             w is not None, b is not None))
