@@ -1,0 +1,223 @@
+"""Persistent split rows, an experiment for the 262k-wide softmax and norms of issue 4: hand-written Triton kernels
+against opgraph's generated kernel, eager, torch.compile and the copy bandwidth, in one run.
+
+A row of 262,144 elements is too long for one program's registers, so opgraph splits it across ``split`` programs
+that hold a chunk each and meet at barriers (``codegen/triton/region.py``). Those launch one program per chunk of
+every row; a chunk's program waits at its barriers with no loads in flight, and 0.51-0.71 of copy is what the
+second session measured. Here the grid is only as large as the GPU holds at once (persistent): ``groups`` of
+``split`` programs walk the rows, and each program loads its chunk of the next row before it waits at the current
+row's barrier (``--prefetch``). Every row meets once: softmax shares (chunk max, sum of exp about it), the norms
+(count, mean, centred sum of squares) or the sum of squares, and each program rescales what it holds.
+
+    python benchmarks/long_rows.py
+    python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import opgraph as og
+from opgraph.cli._table import format_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fusion  # noqa: E402
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the script needs a GPU and Triton
+    triton = None
+
+SOFTMAX, RMS_NORM, LAYER_NORM = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+OPS = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
+SPIN_LIMIT = tl.constexpr(1 << 20)  # a barrier that waits longer than this gives up (flags the row): a wrong occupancy never hangs
+
+if triton is not None:
+
+    @triton.jit
+    def _long_rows(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups, eps,
+                   N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
+                   PREFETCH: tl.constexpr):
+        pid = tl.program_id(0)
+        part = pid % SPLIT
+        group = pid // SPLIT
+        cols = part * CHUNK + tl.arange(0, CHUNK)
+        wide = cols.to(tl.int64)  # row offsets in 64 bits (rows x N may pass 2**31)
+        inside = cols < N
+        parts = tl.arange(0, SPLIT)
+        neutral = float("-inf") if OP == SOFTMAX else 0.0
+        x = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside & (cols * 0 + group < rows), other=neutral)
+        it = 0
+        for row in range(group, rows, groups):
+            nxt = row + groups
+            if PREFETCH:
+                x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows), other=neutral)
+            xf = x.to(tl.float32)
+            # this chunk's partials
+            if OP == SOFTMAX:
+                a = tl.max(xf, 0)
+                e = tl.exp(xf - a)
+                c = tl.sum(e, 0)
+            elif OP == RMS_NORM:
+                a = tl.sum(xf * xf, 0)
+                c = a
+            else:
+                n_here = tl.sum(inside.to(tl.float32), 0)
+                a = tl.sum(xf, 0) / n_here
+                d = tl.where(inside, xf - a, 0.0)
+                c = tl.sum(d * d, 0)
+            slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
+            tl.store(slot + part, a)
+            tl.store(slot + SPLIT + part, c)
+            tl.debug_barrier()
+            tl.atomic_add(cnt_ptr + group, 1)
+            target = (it + 1) * SPLIT
+            spins = 0
+            while (tl.load(cnt_ptr + group, volatile=True) < target) & (spins < SPIN_LIMIT):
+                spins += 1
+            if spins >= SPIN_LIMIT:
+                tl.atomic_add(err_ptr, 1)
+            every_a = tl.load(slot + parts, cache_modifier=".cg")
+            every_c = tl.load(slot + SPLIT + parts, cache_modifier=".cg")
+            out_ptr = y_ptr + (wide * 0 + row) * N + cols
+            if OP == SOFTMAX:
+                m = tl.max(every_a, 0)
+                total = tl.sum(every_c * tl.exp(every_a - m), 0)
+                y = e * (tl.exp(a - m) / total)
+            elif OP == RMS_NORM:
+                w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                y = xf * (tl.rsqrt(tl.sum(every_a, 0) / N + eps)) * w
+            else:
+                counts = tl.minimum(N - parts * CHUNK, CHUNK).to(tl.float32)
+                mean = tl.sum(every_a * counts, 0) / N
+                var = (tl.sum(every_c, 0) + tl.sum(counts * (every_a - mean) * (every_a - mean), 0)) / N
+                w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+                y = (xf - mean) * tl.rsqrt(var + eps) * w + b
+            tl.store(out_ptr, y.to(y_ptr.dtype.element_ty), mask=inside)
+            if PREFETCH:
+                x = x_next
+            else:
+                x = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows), other=neutral)
+            it += 1
+
+
+class LongRows:
+    """One launch configuration: ``split`` programs a row, ``num_warps`` each, as many groups of them as the GPU
+    holds at once (``per_sm`` programs an SM, if the compiled kernel's registers allow that many)."""
+
+    def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, prefetch: bool,
+                 per_sm: int) -> None:
+        x = inputs[0]
+        self.op, self.inputs, self.split, self.num_warps, self.prefetch = OPS[op], inputs, split, num_warps, prefetch
+        self.rows, self.n = x.shape
+        self.chunk = triton.next_power_of_2(-(-self.n // split))
+        self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
+        self.y = torch.empty_like(x)
+        self._size(1)  # one group is always resident: compile with it, then size the grid by the kernel's registers
+        compiled = self()
+        regs = int(getattr(compiled, "n_regs", 0) or 0)
+        by_regs = 65536 // (regs * 32 * num_warps) if regs else 1
+        self.resident = max(1, min(by_regs, 64 // num_warps))
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        self.fits = per_sm <= self.resident
+        self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
+
+    def _size(self, groups: int) -> None:
+        self.groups = groups
+        self.ws = torch.empty(groups * 4 * self.split, dtype=torch.float32, device=self.y.device)
+        self.cnt = torch.zeros(groups, dtype=torch.int32, device=self.y.device)
+
+    def __call__(self) -> Any:
+        self.cnt.zero_()
+        x, *params = self.inputs
+        w, b = (params + [x, x])[:2]
+        eps = 1e-6 if self.op == OPS["rms_norm"] else 1e-5
+        return _long_rows[(self.groups * self.split,)](
+            x, w, b, self.y, self.ws, self.cnt, self.err, self.rows, self.groups, eps, N=self.n, SPLIT=self.split,
+            CHUNK=self.chunk, OP=self.op, PREFETCH=self.prefetch, num_warps=self.num_warps)
+
+
+def og_function(op: str, inputs: list[torch.Tensor], dev: og.Device) -> Any:
+    g = og.Graph()
+    dt = fusion.DTYPES["float32" if inputs[0].dtype == torch.float32 else "bfloat16"][0]
+    phs = [g.placeholder(tuple(t.shape), dt, name=f"in{i}") for i, t in enumerate(inputs)]
+    out = fusion.NORMS[op][1](g, *phs)
+    exe = g.compile({p: p.type for p in phs}, [out], device=dev, descriptor=fusion.descriptor(dev, cuda_graphs=False))
+    return lambda: exe.run(inputs)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ops", type=fusion.names_of(list(OPS)), default=list(OPS))
+    p.add_argument("--dtypes", type=fusion.names_of(list(fusion.DTYPES)), default=list(fusion.DTYPES))
+    p.add_argument("--width", type=int, default=262144)
+    p.add_argument("--mib", type=int, default=256, help="size of the input (default 256 MiB)")
+    p.add_argument("--splits", type=fusion.positive_ints, default=(8, 16, 32))
+    p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8, 16))
+    p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2),
+                   help="programs per SM to size the grid by (checked against the compiled kernel's registers)")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--top", type=int, default=6)
+    args = p.parse_args(argv)
+    dev = fusion.cuda_device(p)
+    copy_gbps = fusion.copy_roofline(dev, 10)
+    for op in args.ops:
+        for dtype in args.dtypes:
+            tdt = fusion.DTYPES[dtype][1]
+            rows = args.mib * 2**20 // (args.width * torch.empty((), dtype=tdt).element_size())
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            x = torch.randn(rows, args.width, device="cuda", generator=gen).to(tdt)
+            w = (torch.rand(args.width, device="cuda", generator=gen) + 0.5).to(tdt)
+            b = (torch.randn(args.width, device="cuda", generator=gen) * 0.1).to(tdt)
+            inputs = [x, w, b][:1 + fusion.NORMS[op][0]]
+            nbytes = sum(t.numel() * t.element_size() for t in inputs) + x.numel() * x.element_size()
+            torch_fn = fusion.NORMS[op][2]
+            reference = torch_fn(*(t.double() for t in inputs)).float()
+            fns: dict[str, Any] = {"eager": lambda f=torch_fn, i=inputs: f(*i)}
+            compiled = torch.compile(torch_fn, dynamic=False)
+            fns["torch.compile"] = lambda f=compiled, i=inputs: f(*i)
+            fns["opgraph (generated)"] = og_function(op, inputs, dev)
+            kernels: list[LongRows] = []
+            for split in args.splits:
+                for warps in args.warps:
+                    for prefetch in (False, True):
+                        values = args.width // split // (32 * warps) * (2 if prefetch else 1)
+                        if not 8 <= values <= 128:
+                            continue
+                        for per_sm in args.per_sm:
+                            k = LongRows(op, inputs, split, warps, prefetch, per_sm)
+                            if not k.fits:
+                                continue
+                            kernels.append(k)
+                            name = f"split {split}, {warps} warps, {per_sm}/SM{', prefetch' if prefetch else ''}"
+                            fns[name] = lambda k=k: (k(), k.y)[1]
+            results = []
+            for name, fn in fns.items():
+                got = fn().float()
+                err = float(((got - reference).abs().max() / reference.abs().max()))
+                results.append((name, err))
+            flagged = sum(int(k.err.item()) for k in kernels)
+            ms = {k: statistics.median(v) for k, v in fusion.measure(fns, dev, 3, args.repeats).items()}
+            tol = fusion.TOLERANCE[dtype]
+            table = []
+            for name, err in sorted(results, key=lambda r: ms[r[0]]):
+                table.append([name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
+                              f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", "ok" if err < tol else "FAIL"])
+            print(f"\n== {op} {dtype} {rows}x{args.width} (barrier timeouts: {flagged})")
+            print(format_table(["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"],
+                               table[:args.top] + [r for r in table[args.top:] if not r[0].startswith("split")]))
+            del fns, compiled
+            fusion._free(dev)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
