@@ -11,6 +11,7 @@ row's barrier (``--prefetch``). Every row meets once: softmax shares (chunk max,
 
     python benchmarks/long_rows.py
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
+    python benchmarks/long_rows.py --ops softmax --no-barrier    # also each kernel without its barrier
 """
 
 from __future__ import annotations
@@ -35,16 +36,17 @@ try:
 except ImportError:  # pragma: no cover - the script needs a GPU and Triton
     triton = None
 
-SOFTMAX, RMS_NORM, LAYER_NORM = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 OPS = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
-SPIN_LIMIT = tl.constexpr(1 << 20)  # a barrier that waits longer than this gives up (flags the row): a wrong occupancy never hangs
 
 if triton is not None:
+    SOFTMAX, RMS_NORM, LAYER_NORM = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+    # a barrier that waits longer than this gives up (and counts it): a wrong occupancy never hangs the GPU
+    SPIN_LIMIT = tl.constexpr(1 << 20)
 
     @triton.jit
-    def _long_rows(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups, eps,
+    def _long_rows(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups, eps,  # type: ignore[no-untyped-def]
                    N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
-                   PREFETCH: tl.constexpr):
+                   PREFETCH: tl.constexpr, MEET: tl.constexpr):
         pid = tl.program_id(0)
         part = pid % SPLIT
         group = pid // SPLIT
@@ -58,7 +60,8 @@ if triton is not None:
         for row in range(group, rows, groups):
             nxt = row + groups
             if PREFETCH:
-                x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows), other=neutral)
+                x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows),
+                                 other=neutral)
             xf = x.to(tl.float32)
             # this chunk's partials
             if OP == SOFTMAX:
@@ -73,19 +76,23 @@ if triton is not None:
                 a = tl.sum(xf, 0) / n_here
                 d = tl.where(inside, xf - a, 0.0)
                 c = tl.sum(d * d, 0)
-            slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
-            tl.store(slot + part, a)
-            tl.store(slot + SPLIT + part, c)
-            tl.debug_barrier()
-            tl.atomic_add(cnt_ptr + group, 1)
-            target = (it + 1) * SPLIT
-            spins = 0
-            while (tl.load(cnt_ptr + group, volatile=True) < target) & (spins < SPIN_LIMIT):
-                spins += 1
-            if spins >= SPIN_LIMIT:
-                tl.atomic_add(err_ptr, 1)
-            every_a = tl.load(slot + parts, cache_modifier=".cg")
-            every_c = tl.load(slot + SPLIT + parts, cache_modifier=".cg")
+            if MEET:
+                slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
+                tl.store(slot + part, a)
+                tl.store(slot + SPLIT + part, c)
+                tl.debug_barrier()
+                tl.atomic_add(cnt_ptr + group, 1)
+                target = (it + 1) * SPLIT
+                spins = 0
+                while (tl.load(cnt_ptr + group, volatile=True) < target) & (spins < SPIN_LIMIT):
+                    spins += 1
+                if spins >= SPIN_LIMIT:
+                    tl.atomic_add(err_ptr, 1)
+                every_a = tl.load(slot + parts, cache_modifier=".cg")
+                every_c = tl.load(slot + SPLIT + parts, cache_modifier=".cg")
+            else:  # timing only: each chunk's own partials stand for the row's (a wrong result, no waiting)
+                every_a = tl.where(parts == part, a, neutral)
+                every_c = tl.where(parts == part, c, 0.0)
             out_ptr = y_ptr + (wide * 0 + row) * N + cols
             if OP == SOFTMAX:
                 m = tl.max(every_a, 0)
@@ -105,8 +112,9 @@ if triton is not None:
             if PREFETCH:
                 x = x_next
             else:
-                x = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows), other=neutral)
-            it += 1
+                x = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows),
+                            other=neutral)
+            it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
 class LongRows:
@@ -114,8 +122,9 @@ class LongRows:
     holds at once (``per_sm`` programs an SM, if the compiled kernel's registers allow that many)."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, prefetch: bool,
-                 per_sm: int) -> None:
+                 per_sm: int, meet: bool = True) -> None:
         x = inputs[0]
+        self.meet = meet
         self.op, self.inputs, self.split, self.num_warps, self.prefetch = OPS[op], inputs, split, num_warps, prefetch
         self.rows, self.n = x.shape
         self.chunk = triton.next_power_of_2(-(-self.n // split))
@@ -142,7 +151,7 @@ class LongRows:
         eps = 1e-6 if self.op == OPS["rms_norm"] else 1e-5
         return _long_rows[(self.groups * self.split,)](
             x, w, b, self.y, self.ws, self.cnt, self.err, self.rows, self.groups, eps, N=self.n, SPLIT=self.split,
-            CHUNK=self.chunk, OP=self.op, PREFETCH=self.prefetch, num_warps=self.num_warps)
+            CHUNK=self.chunk, OP=self.op, PREFETCH=self.prefetch, MEET=self.meet, num_warps=self.num_warps)
 
 
 def og_function(op: str, inputs: list[torch.Tensor], dev: og.Device) -> Any:
@@ -164,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8, 16))
     p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2),
                    help="programs per SM to size the grid by (checked against the compiled kernel's registers)")
+    p.add_argument("--no-barrier", action="store_true",
+                   help="also time each configuration without its barrier (wrong results): what the waiting costs")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--top", type=int, default=6)
     args = p.parse_args(argv)
@@ -199,18 +210,22 @@ def main(argv: list[str] | None = None) -> int:
                             kernels.append(k)
                             name = f"split {split}, {warps} warps, {per_sm}/SM{', prefetch' if prefetch else ''}"
                             fns[name] = lambda k=k: (k(), k.y)[1]
+                            if args.no_barrier:  # the same kernel without its barrier: what waiting costs
+                                nb = LongRows(op, inputs, split, warps, prefetch, per_sm, meet=False)
+                                fns[name + ", no barrier"] = lambda k=nb: (k(), k.y)[1]
             results = []
             for name, fn in fns.items():
                 got = fn().float()
-                err = float(((got - reference).abs().max() / reference.abs().max()))
+                err = float((got - reference).abs().max() / reference.abs().max())
                 results.append((name, err))
             flagged = sum(int(k.err.item()) for k in kernels)
             ms = {k: statistics.median(v) for k, v in fusion.measure(fns, dev, 3, args.repeats).items()}
             tol = fusion.TOLERANCE[dtype]
             table = []
             for name, err in sorted(results, key=lambda r: ms[r[0]]):
+                check = "timing only" if name.endswith("no barrier") else "ok" if err < tol else "FAIL"
                 table.append([name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
-                              f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", "ok" if err < tol else "FAIL"])
+                              f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", check])
             print(f"\n== {op} {dtype} {rows}x{args.width} (barrier timeouts: {flagged})")
             print(format_table(["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"],
                                table[:args.top] + [r for r in table[args.top:] if not r[0].startswith("split")]))
