@@ -5,9 +5,12 @@ A row of 262,144 elements is too long for one program's registers, so opgraph sp
 that hold a chunk each and meet at barriers (``codegen/triton/region.py``). Those launch one program per chunk of
 every row; a chunk's program waits at its barriers with no loads in flight, and 0.51-0.71 of copy is what the
 second session measured. Here the grid is only as large as the GPU holds at once (persistent): ``groups`` of
-``split`` programs walk the rows, and each program loads its chunk of the next row before it waits at the current
-row's barrier (``--prefetch``). Every row meets once: softmax shares (chunk max, sum of exp about it), the norms
-(count, mean, centred sum of squares) or the sum of squares, and each program rescales what it holds.
+``split`` programs walk the rows. Every row meets once: softmax shares (chunk max, sum of exp about it), layer_norm
+(count, mean, centred sum of squares), rms_norm the sum of squares, and each program rescales what it holds. The
+``--modes``: ``plain`` (load, reduce, meet, store), ``prefetch`` (the next row's loads issued before the meeting)
+and ``pipelined`` (the next row loaded, reduced and counted in before waiting for this row's meeting).
+``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
+session found 0.73 of copy with the barrier and 0.85-0.87 without.
 
     python benchmarks/long_rows.py
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
@@ -44,16 +47,78 @@ if triton is not None:
     SPIN_LIMIT = tl.constexpr(1 << 20)
 
     @triton.jit
+    def _partials(x, inside, OP: tl.constexpr):  # type: ignore[no-untyped-def]
+        """A chunk's partials (a, c) and what the finish needs of it: softmax's exp about the chunk max, or x."""
+        xf = x.to(tl.float32)
+        if OP == SOFTMAX:
+            a = tl.max(xf, 0)
+            h = tl.exp(xf - a)
+            c = tl.sum(h, 0)
+        elif OP == RMS_NORM:
+            a = tl.sum(xf * xf, 0)
+            c = a
+            h = xf
+        else:
+            a = tl.sum(xf, 0) / tl.sum(inside.to(tl.float32), 0)
+            d = tl.where(inside, xf - a, 0.0)
+            c = tl.sum(d * d, 0)
+            h = xf
+        return a, c, h
+
+    @triton.jit
+    def _publish(ws_ptr, cnt_ptr, group, part, it, a, c, SPLIT: tl.constexpr):  # type: ignore[no-untyped-def]
+        """Write this chunk's partials of the group's ``it``-th row and count in. Rows take turns at 4 slots and 2
+        counters: a program counts in for row i + 2 only after all did for row i (it waits for row i first), and
+        writes row i + 4's slot only after all have counted in for row i + 2, which they do after reading row i's."""
+        slot = ws_ptr + (group * 4 + it % 4) * 2 * SPLIT
+        tl.store(slot + part, a)
+        tl.store(slot + SPLIT + part, c)
+        tl.debug_barrier()  # every thread's partials are written before the (releasing) arrival
+        tl.atomic_add(cnt_ptr + group * 2 + it % 2, 1)
+
+    @triton.jit
+    def _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT: tl.constexpr):  # type: ignore[no-untyped-def]
+        """Every chunk's partials of the group's ``it``-th row, once all have counted in."""
+        target = (it // 2 + 1) * SPLIT
+        spins = 0
+        while (tl.load(cnt_ptr + group * 2 + it % 2, volatile=True) < target) & (spins < SPIN_LIMIT):
+            spins += 1
+        if spins >= SPIN_LIMIT:
+            tl.atomic_add(err_ptr, 1)
+        slot = ws_ptr + (group * 4 + it % 4) * 2 * SPLIT
+        parts = tl.arange(0, SPLIT)
+        return tl.load(slot + parts, cache_modifier=".cg"), tl.load(slot + SPLIT + parts, cache_modifier=".cg")
+
+    @triton.jit
+    def _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N: tl.constexpr,  # type: ignore[no-untyped-def]
+                SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr):
+        """The chunk's outputs from the row's partials."""
+        if OP == SOFTMAX:
+            m = tl.max(every_a, 0)
+            y = h * (tl.exp(a - m) / tl.sum(every_c * tl.exp(every_a - m), 0))
+        elif OP == RMS_NORM:
+            w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            y = h * (tl.rsqrt(tl.sum(every_a, 0) / N + eps)) * w
+        else:
+            counts = tl.minimum(N - tl.arange(0, SPLIT) * CHUNK, CHUNK).to(tl.float32)
+            mean = tl.sum(every_a * counts, 0) / N
+            var = (tl.sum(every_c, 0) + tl.sum(counts * (every_a - mean) * (every_a - mean), 0)) / N
+            w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+            y = (h - mean) * tl.rsqrt(var + eps) * w + b
+        return y
+
+    @triton.jit
     def _long_rows(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups, eps,  # type: ignore[no-untyped-def]
                    N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
                    PREFETCH: tl.constexpr, MEET: tl.constexpr):
+        """Each row: partials, meet, finish. PREFETCH issues the next row's loads before the meeting."""
         pid = tl.program_id(0)
         part = pid % SPLIT
         group = pid // SPLIT
         cols = part * CHUNK + tl.arange(0, CHUNK)
         wide = cols.to(tl.int64)  # row offsets in 64 bits (rows x N may pass 2**31)
         inside = cols < N
-        parts = tl.arange(0, SPLIT)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         x = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside & (cols * 0 + group < rows), other=neutral)
         it = 0
@@ -62,53 +127,16 @@ if triton is not None:
             if PREFETCH:
                 x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows),
                                  other=neutral)
-            xf = x.to(tl.float32)
-            # this chunk's partials
-            if OP == SOFTMAX:
-                a = tl.max(xf, 0)
-                e = tl.exp(xf - a)
-                c = tl.sum(e, 0)
-            elif OP == RMS_NORM:
-                a = tl.sum(xf * xf, 0)
-                c = a
-            else:
-                n_here = tl.sum(inside.to(tl.float32), 0)
-                a = tl.sum(xf, 0) / n_here
-                d = tl.where(inside, xf - a, 0.0)
-                c = tl.sum(d * d, 0)
+            a, c, h = _partials(x, inside, OP)
             if MEET:
-                slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
-                tl.store(slot + part, a)
-                tl.store(slot + SPLIT + part, c)
-                tl.debug_barrier()
-                tl.atomic_add(cnt_ptr + group, 1)
-                target = (it + 1) * SPLIT
-                spins = 0
-                while (tl.load(cnt_ptr + group, volatile=True) < target) & (spins < SPIN_LIMIT):
-                    spins += 1
-                if spins >= SPIN_LIMIT:
-                    tl.atomic_add(err_ptr, 1)
-                every_a = tl.load(slot + parts, cache_modifier=".cg")
-                every_c = tl.load(slot + SPLIT + parts, cache_modifier=".cg")
+                _publish(ws_ptr, cnt_ptr, group, part, it, a, c, SPLIT)
+                every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT)
             else:  # timing only: each chunk's own partials stand for the row's (a wrong result, no waiting)
+                parts = tl.arange(0, SPLIT)
                 every_a = tl.where(parts == part, a, neutral)
                 every_c = tl.where(parts == part, c, 0.0)
-            out_ptr = y_ptr + (wide * 0 + row) * N + cols
-            if OP == SOFTMAX:
-                m = tl.max(every_a, 0)
-                total = tl.sum(every_c * tl.exp(every_a - m), 0)
-                y = e * (tl.exp(a - m) / total)
-            elif OP == RMS_NORM:
-                w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                y = xf * (tl.rsqrt(tl.sum(every_a, 0) / N + eps)) * w
-            else:
-                counts = tl.minimum(N - parts * CHUNK, CHUNK).to(tl.float32)
-                mean = tl.sum(every_a * counts, 0) / N
-                var = (tl.sum(every_c, 0) + tl.sum(counts * (every_a - mean) * (every_a - mean), 0)) / N
-                w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-                y = (xf - mean) * tl.rsqrt(var + eps) * w + b
-            tl.store(out_ptr, y.to(y_ptr.dtype.element_ty), mask=inside)
+            y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
+            tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
             if PREFETCH:
                 x = x_next
             else:
@@ -116,16 +144,48 @@ if triton is not None:
                             other=neutral)
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
+    @triton.jit
+    def _long_rows_pipelined(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
+                             eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr):
+        """Software-pipelined by a row: a program loads row i + 1, reduces it and counts in with its partials
+        before it waits for row i's meeting, so that meeting has had a row's work to complete in."""
+        pid = tl.program_id(0)
+        part = pid % SPLIT
+        group = pid // SPLIT
+        cols = part * CHUNK + tl.arange(0, CHUNK)
+        wide = cols.to(tl.int64)
+        inside = cols < N
+        neutral = float("-inf") if OP == SOFTMAX else 0.0
+        x = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside & (cols * 0 + group < rows), other=neutral)
+        a, c, h = _partials(x, inside, OP)
+        _publish(ws_ptr, cnt_ptr, group, part, 0, a, c, SPLIT)
+        it = 0
+        for row in range(group, rows, groups):
+            nxt = row + groups
+            x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows),
+                             other=neutral)
+            a_next, c_next, h_next = _partials(x_next, inside, OP)
+            _publish(ws_ptr, cnt_ptr, group, part, it + 1, a_next, c_next, SPLIT)  # past the last row too: unread
+            every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT)
+            y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
+            tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+            a, c, h = a_next, c_next, h_next
+            it += 1  # noqa: SIM113 (a Triton loop-carried value)
+
+
+MODES = ("plain", "prefetch", "pipelined")  # how a program walks its rows (the kernels' docstrings)
+
 
 class LongRows:
-    """One launch configuration: ``split`` programs a row, ``num_warps`` each, as many groups of them as the GPU
-    holds at once (``per_sm`` programs an SM, if the compiled kernel's registers allow that many)."""
+    """One launch configuration: ``split`` programs a row, ``num_warps`` each, walking rows as ``mode`` says, as
+    many groups of them as the GPU holds at once (``per_sm`` programs an SM, if the compiled kernel's registers allow
+    that many). Without ``meet`` the kernel skips its meetings: wrong results, timed to show what waiting costs."""
 
-    def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, prefetch: bool,
+    def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, mode: str,
                  per_sm: int, meet: bool = True) -> None:
         x = inputs[0]
-        self.meet = meet
-        self.op, self.inputs, self.split, self.num_warps, self.prefetch = OPS[op], inputs, split, num_warps, prefetch
+        self.op, self.inputs, self.split, self.num_warps, self.mode, self.meet = OPS[op], inputs, split, num_warps, \
+            mode, meet
         self.rows, self.n = x.shape
         self.chunk = triton.next_power_of_2(-(-self.n // split))
         self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
@@ -135,23 +195,26 @@ class LongRows:
         regs = int(getattr(compiled, "n_regs", 0) or 0)
         by_regs = 65536 // (regs * 32 * num_warps) if regs else 1
         self.resident = max(1, min(by_regs, 64 // num_warps))
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
         self.fits = per_sm <= self.resident
         self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
 
     def _size(self, groups: int) -> None:
         self.groups = groups
-        self.ws = torch.empty(groups * 4 * self.split, dtype=torch.float32, device=self.y.device)
-        self.cnt = torch.zeros(groups, dtype=torch.int32, device=self.y.device)
+        self.ws = torch.empty(groups * 8 * self.split, dtype=torch.float32, device=self.y.device)
+        self.cnt = torch.zeros(groups * 2, dtype=torch.int32, device=self.y.device)
 
     def __call__(self) -> Any:
         self.cnt.zero_()
         x, *params = self.inputs
         w, b = (params + [x, x])[:2]
         eps = 1e-6 if self.op == OPS["rms_norm"] else 1e-5
-        return _long_rows[(self.groups * self.split,)](
-            x, w, b, self.y, self.ws, self.cnt, self.err, self.rows, self.groups, eps, N=self.n, SPLIT=self.split,
-            CHUNK=self.chunk, OP=self.op, PREFETCH=self.prefetch, MEET=self.meet, num_warps=self.num_warps)
+        args = (x, w, b, self.y, self.ws, self.cnt, self.err, self.rows, self.groups, eps)
+        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "num_warps": self.num_warps}
+        grid = (self.groups * self.split,)
+        if self.mode == "pipelined":
+            return _long_rows_pipelined[grid](*args, **sizes)
+        return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
 
 
 def og_function(op: str, inputs: list[torch.Tensor], dev: og.Device) -> Any:
@@ -173,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8, 16))
     p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2),
                    help="programs per SM to size the grid by (checked against the compiled kernel's registers)")
+    p.add_argument("--modes", type=fusion.names_of(MODES), default=list(MODES),
+                   help="how programs walk their rows: plain, prefetch (the next row's loads before the meeting), "
+                        "pipelined (the next row reduced and counted in before waiting for this one's)")
     p.add_argument("--no-barrier", action="store_true",
                    help="also time each configuration without its barrier (wrong results): what the waiting costs")
     p.add_argument("--repeats", type=int, default=20)
@@ -199,19 +265,19 @@ def main(argv: list[str] | None = None) -> int:
             kernels: list[LongRows] = []
             for split in args.splits:
                 for warps in args.warps:
-                    for prefetch in (False, True):
-                        values = args.width // split // (32 * warps) * (2 if prefetch else 1)
+                    for mode in args.modes:
+                        values = args.width // split // (32 * warps) * (1 if mode == "plain" else 2)
                         if not 8 <= values <= 128:
                             continue
                         for per_sm in args.per_sm:
-                            k = LongRows(op, inputs, split, warps, prefetch, per_sm)
+                            k = LongRows(op, inputs, split, warps, mode, per_sm)
                             if not k.fits:
                                 continue
                             kernels.append(k)
-                            name = f"split {split}, {warps} warps, {per_sm}/SM{', prefetch' if prefetch else ''}"
+                            name = f"split {split}, {warps} warps, {per_sm}/SM, {mode}"
                             fns[name] = lambda k=k: (k(), k.y)[1]
-                            if args.no_barrier:  # the same kernel without its barrier: what waiting costs
-                                nb = LongRows(op, inputs, split, warps, prefetch, per_sm, meet=False)
+                            if args.no_barrier and mode != "pipelined":  # without its barrier: what waiting costs
+                                nb = LongRows(op, inputs, split, warps, mode, per_sm, meet=False)
                                 fns[name + ", no barrier"] = lambda k=nb: (k(), k.y)[1]
             results = []
             for name, fn in fns.items():
