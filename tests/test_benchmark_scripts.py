@@ -154,3 +154,32 @@ def test_cpu_inference_splits_off_the_time_outside_executables(capsys: pytest.Ca
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny_vgg"))
     opgraph_ms, outside_ms = float(row.split()[4]), float(row.split()[7])
     assert 0.0 <= outside_ms < opgraph_ms, row
+
+
+def test_long_rows_kernels_under_the_interpreter() -> None:
+    """``long_rows.py``'s hand-written kernels on the CPU (Triton's interpreter runs programs one after another, so
+    one program a row: a meeting of several would wait forever): every op and mode, rows walked by 1-3 groups, a
+    width that fills its chunk and one that does not, against the same functions in PyTorch."""
+    import os
+
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the GPU runs these through the script itself")
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "long_rows.py"))
+    torch_fns = {"softmax": lambda x: torch.softmax(x, -1),
+                 "rms_norm": lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                 "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, 1e-5)}
+    gen = torch.Generator().manual_seed(0)
+    for op, fn in torch_fns.items():
+        for width in (64, 48):
+            x = torch.randn(5, width, generator=gen)
+            inputs = [x, torch.rand(width, generator=gen) + 0.5, torch.randn(width, generator=gen)]
+            inputs = inputs[:fn.__code__.co_argcount]
+            for mode in module["MODES"]:
+                k = module["LongRows"](op, inputs, 1, 4, mode, 1)
+                for groups in (1, 2, 3):
+                    k._size(groups)
+                    k()
+                    torch.testing.assert_close(k.y, fn(*inputs), rtol=1e-5, atol=1e-6)
+                    assert k.err.item() == 0
