@@ -6,7 +6,8 @@ converters spell them with opgraph's ops, which fuse.
   first, without a mask (PyTorch's ``_transformer_encoder_layer_fwd``): self-attention over ``num_heads`` heads with
   the packed (3E, E) input projection and the output projection, the feed-forward block (GELU or ReLU), and the two
   layer norms before each block (``norm_first``) or after each residual add. Spelled as ops on the CPU it is ~35
-  calls against eager's one.
+  calls against eager's one. Off the CPU a GELU layer runs as PyTorch's separate calls: CUDA's fused call
+  approximates the GELU.
 
 The weights follow the ATen op's order: ``qkv_weight (3E, E), qkv_bias (3E,), proj_weight (E, E), proj_bias (E,),
 norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2 (E,), ffn_weight_1 (F, E), ffn_bias_1 (F,),
