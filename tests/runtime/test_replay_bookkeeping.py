@@ -29,11 +29,11 @@ def _unowned(t: torch.Tensor) -> torch.Tensor:
 def _record_on_cpu(fn: Any, inputs: Sequence[torch.Tensor], state: dict[str, torch.Tensor],
                    variables: Sequence[str], device: torch.device) -> tuple[Callable[[], None], list[torch.Tensor]]:
     scratch = {name: state[name].clone() for name in variables}
-    outputs = [torch.empty_like(t) for t in fn(*inputs, S=scratch)]  # the graph's pool: fresh buffers
+    outputs = [torch.empty_like(t) for t in fn(list(inputs), S=scratch)]  # the graph's pool: fresh buffers
     inputs = [_unowned(t) for t in inputs]  # the caller's memory at capture, not its tensors
 
     def replay() -> None:
-        for buffer, value in zip(outputs, fn(*inputs), strict=True):
+        for buffer, value in zip(outputs, fn(list(inputs)), strict=True):
             buffer.copy_(value)
 
     return replay, outputs

@@ -43,7 +43,7 @@ def test_executable_is_straight_line_code() -> None:
     g, x, y = _graph()
     exe = g.compile({x: og.TensorType((2, 3), og.float32)}, [y], device="cpu")
     body = exe.source
-    assert body.startswith("def run(x0, *") and "for " not in body and "if " not in body
+    assert body.startswith("def run(xs, *") and "for " not in body and "if " not in body
     assert "exp" in str(exe) and "Executable on cpu" in exe.summary()
 
 

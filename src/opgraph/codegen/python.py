@@ -1,7 +1,7 @@
 """One generated Python function per executable: straight-line calls of pre-resolved kernels.
 
 Every op's lowering is resolved once, at compile time, into a callable bound to a global name;
-the generated body is then one line per op (``t5 = k5(t1, t3)``) with ``del`` after a value's last
+the generated body is then one line per op (``v5 = k5(v1, x0)``) with ``del`` after a value's last
 use, so running an executable costs a Python call per kernel and nothing else.
 """
 
@@ -38,11 +38,13 @@ class GeneratedFunction:
 
 def generate(program: Program, device: torch.device, state: dict[str, torch.Tensor],
              options: Any = None) -> GeneratedFunction:
-    """Compile ``program`` into a Python function ``run(*inputs) -> list[Tensor]``.
+    """Compile ``program`` into a Python function ``run(inputs: list) -> list[Tensor]`` that empties ``inputs``.
 
     Values live in a few reused local names (a value's name goes back to a free list after its last
-    use), so memory is released as soon as possible without ``del`` lines; kernels, constants and the
-    state dict are keyword-only defaults, so every lookup in the body is a fast local.
+    use), and a value no output takes the name of is deleted right after its last use, as eager autograd
+    frees it. The run empties its ``inputs`` list first, so a caller that hands its own list over lets inputs
+    be freed after their last use too (a training step's backward reads the forward's activations). Kernels,
+    constants and the state dict are keyword-only defaults, so every lookup in the body is a fast local.
 
     Memory planning (``passes.memory_plan``): a kernel carrying ``inplace_ok`` (pairs ``(input i, output
     j)``) that the plan lets write output ``j`` into input ``i``'s dead buffer is called with
@@ -76,6 +78,9 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
     for k, t in enumerate(program.inputs):
         names[id(t)] = f"x{k}"
     body: list[str] = []
+    if program.inputs:  # the inputs come as a list the run empties: a caller that hands its list over
+        body.append(f"    {', '.join(f'x{k}' for k in range(len(program.inputs)))}, = xs")  # frees them early
+    body.append("    xs.clear()")
     line_ops: dict[int, Operation] = {}
 
     def out_name(t: Tensor) -> str:
@@ -110,7 +115,8 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
         # an output written into a released input's buffer takes over that input's name
         given = {j: names[id(op.inputs[src])] for j, src in plan.inplace.get(i, {}).items()
                  if any(t is op.inputs[src] for t in released)}
-        free.extend(names[id(t)] for t in released if names[id(t)] not in given.values())
+        dead = [names[id(t)] for t in released if names[id(t)] not in given.values()]
+        free.extend(dead)
         if op.op in (VARIABLE, READ):
             var_op = op if op.op is VARIABLE else op.inputs[0].op
             copy = ".clone()" if snapshot_outlives_assign(var_op.name, i, op.outputs[0]) else ""
@@ -142,10 +148,15 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
                 line = f"{', '.join(outs)} = {call}"
         body.append("    " + line)
         line_ops[len(body) + 1] = op
+        # what this op read last goes now, as eager autograd frees it, unless an output took over its name
+        taken = {names.get(id(t)) for t in op.outputs}
+        gone = [n for n in dead if n not in taken]
+        if gone:
+            body.append(f"    del {', '.join(gone)}")
     # results never alias state or constants: a caller may modify what it gets back
     body.append("    return [" + ", ".join(names[id(t)] + (".clone()" if _aliases_state(t) else "")
                                        for t in program.outputs) + "]")
-    params = [f"x{k}" for k in range(len(program.inputs))] + ["*"] + [f"{n}={n}" for n in bound]
+    params = ["xs", "*"] + [f"{n}={n}" for n in bound]
     source = f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
     filename = f"<opgraph-executable-{next(_counter)}>"
     exec(compile(source, filename, "exec"), bound)  # our own generated source, never user data

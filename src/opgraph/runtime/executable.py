@@ -121,11 +121,29 @@ class Executable:
 
     def run(self, inputs: Sequence[Any] = ()) -> list[torch.Tensor]:
         """Run on ``inputs`` (torch tensors or NumPy arrays, in feed order); returns the targets."""
+        return self._run(inputs, False)
+
+    __call__ = run
+
+    def run_consuming(self, inputs: list[Any]) -> list[torch.Tensor]:
+        """``run``, handing ``inputs`` over: the list is emptied, and each input is freed after its last use
+        when nothing else holds it (PyTorch's boxed calling convention; the torch backend runs this way).
+
+        >>> import opgraph as og, torch
+        >>> g = og.Graph(); x = g.placeholder((2,), og.float32)
+        >>> exe = g.compile({x: x.type}, [g.exp(x)], device="cpu")
+        >>> xs = [torch.zeros(2)]
+        >>> exe.run_consuming(xs), xs
+        ([tensor([1., 1.])], [])
+        """
+        return self._run(inputs, True)
+
+    def _run(self, inputs: Sequence[Any], consume: bool) -> list[torch.Tensor]:
         if self._first_run:  # generated kernels compile (and tune) as they first launch: shown when it is long
             self._first_run = False
             generated = sum(o.op is FUSED_REGION for o in self.program.graph.ops)
             with first_run(generated):
-                return self.run(inputs)
+                return self._run(inputs, consume)
         args = self._prepare(inputs)
         try:
             graph = self._cuda_graph
@@ -135,15 +153,20 @@ class Executable:
             elif graph is not None and self._trial is not None:
                 return self._timed_trial(args)
             if graph is None:
-                return self._fn(*args)
+                if not consume:  # the generated run empties the list it gets
+                    return self._fn(list(args))
+                if args is not inputs:  # converted copies: the caller's list goes too
+                    inputs.clear()  # type: ignore[attr-defined]
+                return self._fn(args)
             out = graph.replay(args)
             return out if out is not None else self._recapture(args)
         except OpgraphError:
             raise
         except Exception as e:  # a kernel failed: name the op it ran for
             raise self._execution_error(e) from e
-
-    __call__ = run
+        finally:
+            if consume:
+                inputs.clear()  # type: ignore[attr-defined]
 
     def mark_static_inputs(self, indices: Sequence[int]) -> None:
         """Declare the inputs at ``indices`` (feed order) to be the same tensors on every run, such as a model's
@@ -187,7 +210,7 @@ class Executable:
             out = self._cuda_graph.replay(args)
             assert out is not None  # just captured from these very args
             return out
-        return self._fn(*args)
+        return self._fn(list(args))
 
     def _timed_trial(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Replays copy the inputs not read in place and the outputs held by callers; when that is a fair share
@@ -195,7 +218,7 @@ class Executable:
         assert self._cuda_graph is not None and self._trial is not None
         torch.cuda.synchronize(self._torch_device)
         start = time.perf_counter()
-        out = self._cuda_graph.replay(args) if not self._trial else self._fn(*args)
+        out = self._cuda_graph.replay(args) if not self._trial else self._fn(list(args))
         torch.cuda.synchronize(self._torch_device)
         self._trial.append(time.perf_counter() - start)
         if out is None:  # a static input moved or an output is still held: capture (and try) again
@@ -456,7 +479,7 @@ class CapturedRun:
     @staticmethod
     def record(fn: Any, inputs: Sequence[torch.Tensor], state: dict[str, torch.Tensor], variables: Sequence[str],
                device: torch.device) -> tuple[Any, list[torch.Tensor]]:
-        """Capture ``fn(*inputs)`` into a CUDA graph: (replay it, its output buffers). Tests replace this to check
+        """Capture ``fn(list(inputs))`` into a CUDA graph: (replay it, its output buffers). Tests replace this to check
         the bookkeeping around it on the CPU."""
         # warm up (library handles, autotuning) on a side stream, against copies of the state: a warm-up
         # must not apply the run's assigns
@@ -464,12 +487,12 @@ class CapturedRun:
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             scratch = {name: state[name].clone() for name in variables}
-            fn(*inputs, S=scratch)
+            fn(list(inputs), S=scratch)
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
-                outputs = fn(*inputs)  # recorded, not run: the first replay runs it
+                outputs = fn(list(inputs))  # recorded, not run: the first replay runs it
         except BaseException:
             _end_generator_capture(device)
             raise

@@ -188,15 +188,17 @@ def _boxed(exe: Any, tr: Translation, dense: Container[int] = frozenset()) -> Ca
     tensors = tr.tensor_inputs
 
     def run(args: list[Any]) -> list[Any]:
-        values = exe.run(args if len(tensors) == len(args) else [args[i] for i in tensors])
         out: list[Any] = [None] * n
-        for (i, contiguous), v in zip(where, values, strict=True):
-            out[i] = v.contiguous() if contiguous else v
         for i, k in sizes:
             out[i] = args[k]
         for i, read in computed:
             out[i] = read(args) if read is not None else None
-        args.clear()  # boxed: the caller's list no longer keeps the inputs alive
+        if len(tensors) != len(args):
+            args[:] = [args[i] for i in tensors]
+        # boxed: the list is handed over, so each input (a backward's saved activation) goes after its last use
+        values = exe.run_consuming(args)
+        for (i, contiguous), v in zip(where, values, strict=True):
+            out[i] = v.contiguous() if contiguous else v
         return out
 
     run._boxed_call = True  # type: ignore[attr-defined]
