@@ -71,3 +71,16 @@ def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
     outermost = [e for e in prof.events() if e.name.startswith("aten::")
                  and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
     return len(outermost) // runs
+
+
+def page_faults(fn: Callable[[], Any], runs: int = 10) -> float | None:
+    """Minor page faults of the process per call of ``fn`` (memory the C allocator returned to the system and
+    touched again: on the CPU a training step can spend milliseconds there); None where ``resource`` is missing."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(runs):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / runs

@@ -50,16 +50,16 @@ def outside_executables(fn: Callable[[], Any], iters: int) -> float:
     """Median ms of one call of ``fn`` spent outside opgraph's executables: Dynamo's guards and frame,
     AOTAutograd's runtime wrapper and the backend's boxing, which every ``torch.compile`` backend pays."""
     inside = [0.0]
-    run = Executable.run
+    run = Executable._run  # behind both run and run_consuming (which the backend calls)
 
-    def timed(self: Executable, inputs: Any = ()) -> list[torch.Tensor]:
+    def timed(self: Executable, inputs: Any, consume: bool) -> list[torch.Tensor]:
         t = time.perf_counter()
         try:
-            return run(self, inputs)
+            return run(self, inputs, consume)
         finally:
             inside[0] += time.perf_counter() - t
 
-    Executable.run = timed  # type: ignore[method-assign]
+    Executable._run = timed  # type: ignore[method-assign]
     try:
         outside = []
         for _ in range(iters):
@@ -68,7 +68,7 @@ def outside_executables(fn: Callable[[], Any], iters: int) -> float:
             fn()
             outside.append(time.perf_counter() - t - inside[0])
     finally:
-        Executable.run = run  # type: ignore[method-assign]
+        Executable._run = run  # type: ignore[method-assign]
     return statistics.median(outside) * 1e3
 
 

@@ -2,7 +2,8 @@
 ``opgraph bench --quick`` (forward, cross-entropy, backward, SGD with momentum), interleaved so that both see the
 same load on a shared machine (``_timing.interleaved``: ``--repeats`` rounds of ``--iters`` steps each, the order
 rotating). A cell gives the median ms per step over the rounds, the range, the ratio (``> 1``: opgraph faster),
-and the ATen calls of one step of each (from the profiler; opgraph's run inside its executables).
+the ATen calls of one step of each (from the profiler; opgraph's run inside its executables) and the minor page
+faults of a step of each, run alone (memory the C allocator gave back to the system and touched again).
 
     python benchmarks/cpu_training.py
     python benchmarks/cpu_training.py --models bert --dtypes float32 --iters 10 --repeats 9
@@ -23,7 +24,7 @@ from opgraph.cli._bench_models import MODELS, WithLoss, make_data, without_dropo
 from opgraph.cli._table import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import aten_calls, interleaved  # noqa: E402
+from _timing import aten_calls, interleaved, page_faults  # noqa: E402
 
 
 def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor,
@@ -69,16 +70,18 @@ def main(argv: list[str] | None = None) -> int:
                      for b, fn in (("eager", module), ("opgraph", compiled))}
             times = interleaved(steps, args.iters, args.repeats, lambda: None)
             calls = {b: aten_calls(fn) for b, fn in steps.items()}
+            faults = {b: page_faults(fn) for b, fn in steps.items()}
             e, o = (sorted(t * 1e3 for t in times[b]) for b in ("eager", "opgraph"))
             rows.append([name, dtype, str(batch), f"{statistics.median(e):.2f} ({e[0]:.2f}-{e[-1]:.2f})",
                          f"{statistics.median(o):.2f} ({o[0]:.2f}-{o[-1]:.2f})",
                          f"{statistics.median(e) / statistics.median(o):.2f}x",
-                         f"{calls['eager']} / {calls['opgraph']}"])
+                         f"{calls['eager']} / {calls['opgraph']}",
+                         " / ".join("-" if faults[b] is None else f"{faults[b]:.0f}" for b in ("eager", "opgraph"))])
             print(f"  {name} {dtype}: done", flush=True)
     print(f"median ms per step (range) over {args.repeats} interleaved rounds of {args.iters} steps, "
           f"{args.threads} thread(s)")
     print(format_table(["model", "dtype", "batch", "eager ms", "opgraph ms", "opgraph vs eager",
-                        "ATen calls eager / og"], rows))
+                        "ATen calls eager / og", "page faults eager / og"], rows))
     return 0
 
 

@@ -144,13 +144,13 @@ def test_max_pool_benchmark_steps_agree_on_the_cpu() -> None:
 
 def test_cpu_inference_splits_off_the_time_outside_executables(capsys: pytest.CaptureFixture[str]) -> None:
     """``cpu_inference.py`` on a stand-in: the table gives the time outside opgraph's executables (a share of the
-    call, Executable.run restored afterwards) and the executables' own ratio against eager."""
+    call, Executable._run restored afterwards) and the executables' own ratio against eager."""
     from opgraph.runtime.executable import Executable
 
-    run = Executable.run
+    run = Executable._run
     module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "cpu_inference.py"))
     assert module["main"](["--models", "tiny_vgg", "--batches", "1", "--iters", "5", "--warmup", "1"]) == 0
-    assert Executable.run is run
+    assert Executable._run is run
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny_vgg"))
     opgraph_ms, outside_ms = float(row.split()[4]), float(row.split()[7])
     assert 0.0 <= outside_ms < opgraph_ms, row
