@@ -73,14 +73,37 @@ def aten_calls(fn: Callable[[], Any], runs: int = 3) -> int:
     return len(outermost) // runs
 
 
-def page_faults(fn: Callable[[], Any], runs: int = 10) -> float | None:
-    """Minor page faults of the process per call of ``fn`` (memory the C allocator returned to the system and
-    touched again: on the CPU a training step can spend milliseconds there); None where ``resource`` is missing."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(runs):
-        fn()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / runs
+class PageFaults:
+    """Minor page faults of the process during the calls of each wrapped function: memory the C allocator gave back
+    to the system and touched again (on the CPU a training step can spend milliseconds there). ``per_call`` is
+    None where ``resource`` is missing (Windows)."""
+
+    def __init__(self) -> None:
+        try:
+            import resource
+        except ImportError:
+            self._usage = None
+        else:
+            self._usage = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        self._faults: dict[str, int] = {}
+        self._calls: dict[str, int] = {}
+
+    def wrap(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        usage = self._usage
+        if usage is None:
+            return fn
+        self._faults[name], self._calls[name] = 0, 0
+
+        def counted() -> Any:
+            before = usage()
+            try:
+                return fn()
+            finally:
+                self._faults[name] += usage() - before
+                self._calls[name] += 1
+
+        return counted
+
+    def per_call(self, name: str) -> float | None:
+        calls = self._calls.get(name)
+        return self._faults[name] / calls if calls else None

@@ -3,7 +3,7 @@
 same load on a shared machine (``_timing.interleaved``: ``--repeats`` rounds of ``--iters`` steps each, the order
 rotating). A cell gives the median ms per step over the rounds, the range, the ratio (``> 1``: opgraph faster),
 the ATen calls of one step of each (from the profiler; opgraph's run inside its executables) and the minor page
-faults of a step of each, run alone (memory the C allocator gave back to the system and touched again).
+faults a step of each took in the timed rounds (memory the C allocator gave back to the system and touched again).
 
     python benchmarks/cpu_training.py
     python benchmarks/cpu_training.py --models bert --dtypes float32 --iters 10 --repeats 9
@@ -24,7 +24,7 @@ from opgraph.cli._bench_models import MODELS, WithLoss, make_data, without_dropo
 from opgraph.cli._table import format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import aten_calls, interleaved, page_faults  # noqa: E402
+from _timing import PageFaults, aten_calls, interleaved  # noqa: E402
 
 
 def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor,
@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             compiled = torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
             steps = {b: training_step(model, fn, x, y, dtype == "bfloat16")
                      for b, fn in (("eager", module), ("opgraph", compiled))}
-            times = interleaved(steps, args.iters, args.repeats, lambda: None)
+            counter = PageFaults()
+            times = interleaved({b: counter.wrap(b, fn) for b, fn in steps.items()}, args.iters, args.repeats,
+                                lambda: None)
             calls = {b: aten_calls(fn) for b, fn in steps.items()}
-            faults = {b: page_faults(fn) for b, fn in steps.items()}
+            faults = {b: counter.per_call(b) for b in steps}
             e, o = (sorted(t * 1e3 for t in times[b]) for b in ("eager", "opgraph"))
             rows.append([name, dtype, str(batch), f"{statistics.median(e):.2f} ({e[0]:.2f}-{e[-1]:.2f})",
                          f"{statistics.median(o):.2f} ({o[0]:.2f}-{o[-1]:.2f})",
