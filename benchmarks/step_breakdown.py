@@ -10,6 +10,7 @@ times (ten steps each) and prints the median and the range.
     python benchmarks/step_breakdown.py --model bert --batch 64 --dtype bfloat16
     python benchmarks/step_breakdown.py --model resnet50 --batch 128 --backends eager,inductor --channels-last
     python benchmarks/step_breakdown.py --model resnet50 --batch 128 --backends eager,inductor,opgraph --isolate
+    python benchmarks/step_breakdown.py --model bert --dtype float32 --skip-pass transpose_products   # an A/B
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -57,6 +59,21 @@ def _isolated(argv: list[str], backends: list[str]) -> int:
     return code
 
 
+def _skip_passes(names: set[str]) -> None:
+    """Leave the named passes out of every compilation in this process."""
+    from opgraph.runtime.compile import CompilationDescriptor
+
+    passes = CompilationDescriptor.passes
+    known = {p.name for p in passes(CompilationDescriptor())}
+    if names - known:
+        sys.exit(f"--skip-pass: unknown {sorted(names - known)}; the passes are {sorted(known)}")
+
+    def kept(self: CompilationDescriptor) -> list[Any]:
+        return [p for p in passes(self) if p.name not in names]
+
+    CompilationDescriptor.passes = kept  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
                     help="an opgraph backend option, as opgraph bench takes it (e.g. channels_last=false, "
                          "batch_norm_regions=true); repeatable")
+    ap.add_argument("--skip-pass", action="append", default=[], metavar="NAME",
+                    help="leave this pass of CompilationDescriptor.passes() out of opgraph's compilation (for an "
+                         "A/B, e.g. transpose_products); repeatable")
     ap.add_argument("--isolate", action="store_true", help="each backend in a process of its own")
     ap.add_argument("--repeats", type=int, default=1, help="timings of ten steps each: median and range")
     args = ap.parse_args(argv)
@@ -80,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.isolate and len(args.backends.split(",")) > 1:
         sys.exit(_isolated(argv, args.backends.split(",")))
     warnings.simplefilter("ignore")
+    if args.skip_pass:
+        _skip_passes(set(args.skip_pass))
     m = MODELS[args.model]
     torch.manual_seed(0)
     model = m.build(False).cuda().train()
