@@ -61,11 +61,11 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
         return (torch.randn(size, device=device, generator=gen) + offset).to(dtype.torch_dtype)
 
     g = og.Graph()
-    x = g.placeholder(shape, dtype)
+    x = g.placeholder(shape, dtype, name="x")
     xv = rand(*shape, offset=3.0)
     xf = g.cast(x, og.float32) if dtype is not og.float32 else x
     if region == "statistics":  # as passes/decompose.py writes them: shifted sums, then the constants
-        gamma = g.placeholder((c,), og.float32)
+        gamma = g.placeholder((c,), og.float32, name="gamma")
         shift = g.slice(xf, [0, 0, 0, 0], [1, 1, 1, c], [1, 1, 1, 1])
         d = xf - shift
         s1, s2 = g.reduce_sum(d, [0, 1, 2]), g.reduce_sum(d * d, [0, 1, 2])
@@ -75,8 +75,8 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
         outputs = [var, mean, g.rsqrt(var + 1e-5) * gamma]
         values = {id(x): xv, id(gamma): torch.rand(c, device=device, generator=gen)}
     else:  # the ReLU mask on the incoming gradient (plus a residual gradient), its sums against x - mean
-        y, gy, gr = (g.placeholder(shape, dtype) for _ in range(3))
-        m = g.placeholder((c,), og.float32)
+        y, gy, gr = (g.placeholder(shape, dtype, name=n) for n in ("y", "gy", "gr"))
+        m = g.placeholder((c,), og.float32, name="mean")
         dy = g.select(g.less_equal(y, 0.0), 0.0, gy + gr)
         dyf = g.cast(dy, og.float32) if dtype is not og.float32 else dy
         outputs = [dy, g.reduce_sum(dyf, [0, 1, 2]), g.reduce_sum(dyf * (xf - m), [0, 1, 2])]

@@ -183,3 +183,21 @@ def test_long_rows_kernels_under_the_interpreter() -> None:
                     k()
                     torch.testing.assert_close(k.y, fn(*inputs), rtol=1e-5, atol=1e-6)
                     assert k.err.item() == 0
+
+
+def test_split_statistics_references_match_the_regions_on_the_cpu() -> None:
+    """``split_statistics_error.py``'s float64 references against both column regions' outputs, run in their default
+    configuration under the interpreter: the inputs are found by name and the outputs line up."""
+    import torch
+
+    import opgraph as og
+    from opgraph.codegen.triton.kernel import region_kernel
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "split_statistics_error.py"))
+    for region in ("statistics", "backward"):
+        r = module["build"](region, (2, 3, 3, 8), og.float32, "cpu")
+        want, scale = module["references"](region, {t.name: v for t, v in zip(r.inputs, r.feed, strict=True)}, 8)
+        got = list(region_kernel(r.ops, r.inputs, r.outputs)(*r.feed))[-len(want):]
+        assert len(got) == len(want) == len(scale) == (3 if region == "statistics" else 2)
+        for g, w, k in zip(got, want, scale, strict=True):
+            assert module["relative"](g, w, k) < 1e-5
