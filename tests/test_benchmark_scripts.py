@@ -188,7 +188,6 @@ def test_long_rows_kernels_under_the_interpreter() -> None:
 def test_split_statistics_references_match_the_regions_on_the_cpu() -> None:
     """``split_statistics_error.py``'s float64 references against both column regions' outputs, run in their default
     configuration under the interpreter: the inputs are found by name and the outputs line up."""
-    import torch
 
     import opgraph as og
     from opgraph.codegen.triton.kernel import region_kernel
