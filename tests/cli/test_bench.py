@@ -92,6 +92,7 @@ def test_quick_run_writes_json_and_png(tmp_path: Path) -> None:
         if opg["error"] is None:  # the opgraph backend may still fail where converters are missing; never a crash
             assert opg["matches_eager"] is True, opg
             assert opg["speedup_vs_eager"] > 0 and opg["aten_ops"] > 0
+    assert data["complete"] is True and not out_json.with_name("bench.json.partial").exists()
     assert len(data["compile"]) == 4
     assert all(set(e["first_call_s"]) == {"eager", "opgraph"} for e in data["compile"])
     width, height = check_png(out_png.read_bytes())
@@ -310,3 +311,24 @@ def test_backend_options_are_parsed_checked_and_passed(monkeypatch: pytest.Monke
                  "eager,opgraph", "--batches", "1", "--iters", "1", "--warmup", "0", "--quiet",
                  "--option", "channels_last=true", "--option", "fusion=false"]) == 0
     assert seen and all(o == {"warn_fallbacks": False, "channels_last": True, "fusion": False} for o in seen)
+
+
+def test_json_keeps_the_models_measured_before_a_run_stops(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The JSON is rewritten after each model: a run stopped in its second model (a time limit, Ctrl-C) leaves the
+    first one's rows, marked incomplete."""
+    inference_row = bench.Bench.inference_row
+
+    def stop_at_the_second(self: Any, m: Any, model: Any, row: Any, size: int) -> None:
+        if m.name != "tiny_vgg":  # the first of the inference table
+            raise KeyboardInterrupt
+        inference_row(self, m, model, row, size)
+
+    monkeypatch.setattr(bench.Bench, "inference_row", stop_at_the_second)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--device", "cpu", "--only", "inference", "--models", "tiny_cnn,tiny_vgg",
+                 "--backends", "eager", "--batches", "1", "--iters", "1", "--warmup", "0", "--quiet",
+                 "--json", str(out)]) == 130  # interrupted
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and data["training"] == [] and data["compile"] == []
+    assert [(r["model"], r["batch"]) for r in data["inference"]] == [("tiny_vgg", 1)]
+    assert data["inference"][0]["cells"][0]["median_ms"] > 0

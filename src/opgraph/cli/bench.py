@@ -10,6 +10,7 @@ import gc
 import importlib
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -128,7 +129,8 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads for PyTorch (default: its own)")
     p.add_argument("--cold-cache", action="store_true",
                    help="give Inductor an empty cache, so that its compile times do not profit from earlier runs")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all results as JSON")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="write all results as JSON (rewritten after each model: \"complete\" is false until the end)")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG bar chart of the speed-ups vs eager")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--option", type=backend_option, action="append", default=[], metavar="KEY=VALUE",
@@ -269,6 +271,7 @@ class Bench:
         self.progress = progress
         self.first_call_only = False
         self.options: dict[str, Any] = {"warn_fallbacks": False, **dict(args.option)}
+        self.checkpoint: Callable[[Sequence[Row]], None] | None = None  # called with a section's rows so far
 
     # -- one cell
     @contextlib.contextmanager
@@ -477,6 +480,8 @@ class Bench:
                 run(m, model, r, size)
             del model
             gc.collect()
+            if self.checkpoint is not None:  # what is measured survives a run stopped before its end
+                self.checkpoint(rows)
         return rows
 
     def training(self, dtypes: Sequence[str]) -> list[Row]:
@@ -649,6 +654,24 @@ def run(args: argparse.Namespace) -> int:
           f"runs per cell (at most {args.max_seconds:g} s), the device synchronised around each")
     sections, backends = args.only, bench.backends
     results: dict[str, list[Row]] = {"training": [], "cpu-gpu": [], "inference": []}
+
+    def write_json(current: Sequence[Row] = (), compiles: list[dict[str, Any]] | None = None) -> None:
+        rows = {k: list(rs) for k, rs in results.items()}
+        for r in current:
+            if not any(r is kept for kept in rows[r.section]):
+                rows[r.section].append(r)
+        report = {"environment": env, "argv": {k: v for k, v in vars(args).items() if k != "run"},
+                  "sections": sections, "backends": backends, "iters": bench.iters, "warmup": bench.warmup,
+                  "complete": compiles is not None,
+                  **{k.replace("-", "_"): [row_json(r) for r in rs] for k, rs in rows.items()},
+                  "compile": compiles or []}
+        partial = f"{args.json}.partial"
+        with open(partial, "w") as f:
+            json.dump(_jsonable(report), f, indent=2)
+        os.replace(partial, args.json)  # a reader never sees half a file
+
+    if args.json:
+        bench.checkpoint = write_json
     in_parentheses = "in parentheses the speed-up vs eager"
     if "training" in sections:
         results["training"] = bench.training(args.dtypes)
@@ -674,12 +697,7 @@ def run(args: argparse.Namespace) -> int:
         _print_section(f"first call on {dev} (seconds until the first training step or inference returns, "
                        f"compiling included; {cache})", compile_table(compiles, backends))
     if args.json:
-        report = {"environment": env, "argv": {k: v for k, v in vars(args).items() if k != "run"},
-                  "sections": sections, "backends": backends, "iters": bench.iters, "warmup": bench.warmup,
-                  **{k.replace("-", "_"): [row_json(r) for r in rs] for k, rs in results.items()},
-                  "compile": compiles if "compile" in sections else []}
-        with open(args.json, "w") as f:
-            json.dump(_jsonable(report), f, indent=2)
+        write_json(compiles=compiles if "compile" in sections else [])
         print(f"\nresults written to {args.json}")
     if args.plot:
         plot(measured, compiles, backends, args.plot, dev)
