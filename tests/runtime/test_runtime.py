@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -336,3 +339,32 @@ def test_meta_tensors_are_refused_clearly() -> None:
     exe = g.compile({x: x.type}, [x * 2.0], device="cpu")
     with pytest.raises(og.FeedError, match="meta"):  # not taken for a CPU tensor by the fast path
         exe.run([torch.empty(3, device="meta")])
+
+
+def test_a_handed_over_input_is_freed_after_its_last_use() -> None:
+    """With ``run_consuming`` nothing but the run holds an input, which goes once its last reader has run (as eager
+    autograd frees a saved activation): the second op sees it gone. ``run`` leaves the caller's list as it was."""
+    import weakref
+
+    seen: list[bool] = []
+    g = og.Graph()
+    x = g.placeholder((4,), og.float32)
+    y = g.exp(g.exp(x))  # x is read by the first exp only
+    exe = g.compile({x: x.type}, [y], device="cpu", descriptor=og.CompilationDescriptor(fusion=False))
+    second = exe._generated.kernels[max(exe._generated.kernels)]
+
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.append(ref() is None)
+        return second(*a, **k)
+
+    exe._generated.fn.__kwdefaults__[f"k{max(exe._generated.kernels)}"] = spy
+    value = torch.zeros(4)
+    ref = weakref.ref(value)
+    args = [value]
+    del value
+    torch.testing.assert_close(exe.run_consuming(args)[0], torch.full((4,), math.e))
+    assert args == [] and seen == [True]
+    kept = [torch.zeros(4)]
+    ref = weakref.ref(kept[0])
+    exe.run(kept)
+    assert len(kept) == 1 and seen == [True, False]
