@@ -15,6 +15,7 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
     python benchmarks/long_rows.py
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
     python benchmarks/long_rows.py --ops softmax --no-barrier    # also each kernel without its barrier
+    python benchmarks/long_rows.py --ops softmax --modes plain,pipelined --backoff
 """
 
 from __future__ import annotations
@@ -77,11 +78,16 @@ if triton is not None:
         tl.atomic_add(cnt_ptr + group * 2 + it % 2, 1)
 
     @triton.jit
-    def _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT: tl.constexpr):  # type: ignore[no-untyped-def]
-        """Every chunk's partials of the group's ``it``-th row, once all have counted in."""
+    def _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT: tl.constexpr,  # type: ignore[no-untyped-def]
+              BACKOFF: tl.constexpr):
+        """Every chunk's partials of the group's ``it``-th row, once all have counted in. With ``BACKOFF`` each poll
+        of the counter is followed by a ~32 ns ``nanosleep``: fewer reads of the one L2 line the group polls."""
         target = (it // 2 + 1) * SPLIT
         spins = 0
         while (tl.load(cnt_ptr + group * 2 + it % 2, volatile=True) < target) & (spins < SPIN_LIMIT):
+            if BACKOFF:
+                spins = tl.inline_asm_elementwise("nanosleep.u32 32;\n\tmov.u32 $0, $1;", "=r,r", [spins],
+                                                  dtype=tl.int32, is_pure=False, pack=1)
             spins += 1
         if spins >= SPIN_LIMIT:
             tl.atomic_add(err_ptr, 1)
@@ -111,7 +117,7 @@ if triton is not None:
     @triton.jit
     def _long_rows(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups, eps,  # type: ignore[no-untyped-def]
                    N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
-                   PREFETCH: tl.constexpr, MEET: tl.constexpr):
+                   PREFETCH: tl.constexpr, MEET: tl.constexpr, BACKOFF: tl.constexpr):
         """Each row: partials, meet, finish. PREFETCH issues the next row's loads before the meeting."""
         pid = tl.program_id(0)
         part = pid % SPLIT
@@ -130,7 +136,7 @@ if triton is not None:
             a, c, h = _partials(x, inside, OP)
             if MEET:
                 _publish(ws_ptr, cnt_ptr, group, part, it, a, c, SPLIT)
-                every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT)
+                every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT, BACKOFF)
             else:  # timing only: each chunk's own partials stand for the row's (a wrong result, no waiting)
                 parts = tl.arange(0, SPLIT)
                 every_a = tl.where(parts == part, a, neutral)
@@ -146,7 +152,8 @@ if triton is not None:
 
     @triton.jit
     def _long_rows_pipelined(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
-                             eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr):
+                             eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
+                             BACKOFF: tl.constexpr):
         """Software-pipelined by a row: a program loads row i + 1, reduces it and counts in with its partials
         before it waits for row i's meeting, so that meeting has had a row's work to complete in."""
         pid = tl.program_id(0)
@@ -166,7 +173,7 @@ if triton is not None:
                              other=neutral)
             a_next, c_next, h_next = _partials(x_next, inside, OP)
             _publish(ws_ptr, cnt_ptr, group, part, it + 1, a_next, c_next, SPLIT)  # past the last row too: unread
-            every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT)
+            every_a, every_c = _wait(ws_ptr, cnt_ptr, err_ptr, group, it, SPLIT, BACKOFF)
             y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
             tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
             a, c, h = a_next, c_next, h_next
@@ -182,8 +189,9 @@ class LongRows:
     that many). Without ``meet`` the kernel skips its meetings: wrong results, timed to show what waiting costs."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, mode: str,
-                 per_sm: int, meet: bool = True) -> None:
+                 per_sm: int, meet: bool = True, backoff: bool = False) -> None:
         x = inputs[0]
+        self.backoff = backoff
         self.op, self.inputs, self.split, self.num_warps, self.mode, self.meet = OPS[op], inputs, split, num_warps, \
             mode, meet
         self.rows, self.n = x.shape
@@ -210,7 +218,8 @@ class LongRows:
         w, b = (params + [x, x])[:2]
         eps = 1e-6 if self.op == OPS["rms_norm"] else 1e-5
         args = (x, w, b, self.y, self.ws, self.cnt, self.err, self.rows, self.groups, eps)
-        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "num_warps": self.num_warps}
+        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "BACKOFF": self.backoff,
+                 "num_warps": self.num_warps}
         grid = (self.groups * self.split,)
         if self.mode == "pipelined":
             return _long_rows_pipelined[grid](*args, **sizes)
@@ -239,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", type=fusion.names_of(MODES), default=list(MODES),
                    help="how programs walk their rows: plain, prefetch (the next row's loads before the meeting), "
                         "pipelined (the next row reduced and counted in before waiting for this one's)")
+    p.add_argument("--backoff", action="store_true",
+                   help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
                    help="also time each configuration without its barrier (wrong results): what the waiting costs")
     p.add_argument("--repeats", type=int, default=20)
@@ -276,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
                             kernels.append(k)
                             name = f"split {split}, {warps} warps, {per_sm}/SM, {mode}"
                             fns[name] = lambda k=k: (k(), k.y)[1]
+                            if args.backoff:  # the same kernel polling its counter less often
+                                try:
+                                    polite = LongRows(op, inputs, split, warps, mode, per_sm, backoff=True)
+                                except Exception as e:  # noqa: BLE001 (inline PTX the toolchain may refuse)
+                                    print(f"{name}, backoff: {fusion._error(e)}", file=sys.stderr)
+                                else:
+                                    kernels.append(polite)
+                                    fns[name + ", backoff"] = lambda k=polite: (k(), k.y)[1]
                             if args.no_barrier and mode != "pipelined":  # without its barrier: what waiting costs
                                 nb = LongRows(op, inputs, split, warps, mode, per_sm, meet=False)
                                 fns[name + ", no barrier"] = lambda k=nb: (k(), k.y)[1]
