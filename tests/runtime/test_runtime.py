@@ -368,3 +368,5 @@ def test_a_handed_over_input_is_freed_after_its_last_use() -> None:
     ref = weakref.ref(kept[0])
     exe.run(kept)
     assert len(kept) == 1 and seen == [True, False]
+    with pytest.raises(og.FeedError, match="takes a list of inputs"):
+        exe.run_consuming((torch.zeros(4),))  # type: ignore[arg-type]

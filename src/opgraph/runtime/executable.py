@@ -136,6 +136,9 @@ class Executable:
         >>> exe.run_consuming(xs), xs
         ([tensor([1., 1.])], [])
         """
+        if not isinstance(inputs, list):
+            raise FeedError(f"run_consuming takes a list of inputs (it empties it), got {type(inputs).__name__}; "
+                            f"run takes any sequence")
         return self._run(inputs, True)
 
     def _run(self, inputs: Sequence[Any], consume: bool) -> list[torch.Tensor]:
@@ -166,7 +169,7 @@ class Executable:
             raise self._execution_error(e) from e
         finally:
             if consume:
-                inputs.clear()  # type: ignore[attr-defined]
+                inputs.clear()  # type: ignore[attr-defined]  # a list: run_consuming checks
 
     def mark_static_inputs(self, indices: Sequence[int]) -> None:
         """Declare the inputs at ``indices`` (feed order) to be the same tensors on every run, such as a model's
