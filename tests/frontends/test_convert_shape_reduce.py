@@ -618,9 +618,23 @@ def test_select_backward_is_a_zero_padding(dim: int, index: int) -> None:
                op=torch.ops.aten.select_backward.default)
 
 
-def test_a_split_projections_backward_pads_instead_of_masking_on_the_cpu() -> None:
+def test_select_backward_with_dynamic_sizes_needs_only_the_selected_one() -> None:
+    """Traced with symbolic shapes (a backward under dynamic=True): the sizes other than the selected dimension's
+    are the gradient's own dims, and the padding is computed without them."""
+    from opgraph.frontends.torch.registry import Unsupported
+    from tests.frontends.torch_harness import check_aten
+
+    grad = torch.randn(4, 5)
+    check_aten(lambda g: torch.ops.aten.select_backward(g, [3, g.shape[0], g.shape[1]], 0, 2), grad,
+               op=torch.ops.aten.select_backward.default, tracing_mode="symbolic")
+    with pytest.raises(Unsupported, match="into sizes"):  # a size that is not the gradient's
+        _convert(torch.ops.aten.select_backward.default, (None, 5), [3, 4, 6], 0, 0)
+
+
+def test_a_split_projections_backward_is_a_concat_not_a_mask_on_the_cpu() -> None:
     """q, k, v taken from one projection with select (as nn.MultiheadAttention's packed weights are): on the CPU the
-    gradients are placed by zero padding, not by a masked select of a constant mask, with eager's values."""
+    gradients are placed by zero padding, not by a masked select of a constant mask, and the padded parts summed are
+    one concat (``passes/pad_sum.py``), with eager's values."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     proj = torch.nn.Linear(4, 12)
@@ -636,5 +650,5 @@ def test_a_split_projections_backward_pads_instead_of_masking_on_the_cpu() -> No
         torch.compile(lambda x: f(proj, x), backend="opgraph")(x).backward()
     f(twin, x).backward()
     kernels = [k.op for r in reports if r.kind == "backward" for k in r.executable.kernels()]
-    assert "pad" in kernels and "select" not in kernels, kernels
+    assert "concat" in kernels and "pad" not in kernels and "select" not in kernels, kernels
     torch.testing.assert_close(proj.weight.grad, twin.weight.grad, rtol=1e-5, atol=1e-5)

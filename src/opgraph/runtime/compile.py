@@ -19,6 +19,7 @@ from ..passes import (
     common_subexpression_elimination,
     constant_folding,
     dead_code_elimination,
+    pads_to_concat,
     rewrite,
     run_pipeline,
     transpose_products,
@@ -98,6 +99,7 @@ class CompilationDescriptor:
             Pass("common_subexpression_elimination", common_subexpression_elimination),
             Pass("constant_folding", lambda p: constant_folding(p, self.constant_fold_limit)),
             Pass("transpose_products", transpose_products),
+            Pass("pads_to_concat", pads_to_concat),
             Pass("common_subexpression_elimination", common_subexpression_elimination),
             Pass("dead_code_elimination", dead_code_elimination),
         ]

@@ -151,15 +151,20 @@ def _select_scatter(ctx: ConvertContext, x: Tensor, src: Tensor, dim: int, index
 def _select_backward(ctx: ConvertContext, grad: Tensor, input_sizes: Any, dim: int, index: Any) -> Tensor:
     """The gradient of ``select`` placed at ``index`` of a zero tensor of ``input_sizes``: one zero padding (the
     backend keeps this op whole only where no kernels are generated; elsewhere PyTorch's decomposition, a masked
-    select, fuses)."""
-    sizes = ints(input_sizes, "select_backward sizes")
-    axis = norm_dim(dim, len(sizes))
+    select, fuses). Only the selected dimension's size must be known: the others are the gradient's own, dynamic
+    ones included."""
+    rank = len(input_sizes)
+    axis = norm_dim(dim, rank)
+    (size,) = ints([input_sizes[axis]], "select_backward size of the selected dimension")
     (i,) = ints([index], "select_backward index")
-    i = i + sizes[axis] if i < 0 else i
-    if not 0 <= i < sizes[axis] or grad.rank != len(sizes) - 1:
-        raise Unsupported(f"select_backward at {index} of a dimension of size {sizes[axis]}")
-    left, right = [0] * len(sizes), [0] * len(sizes)
-    left[axis], right[axis] = i, sizes[axis] - i - 1
+    i = i + size if i < 0 else i
+    others = [s for k, s in enumerate(input_sizes) if k != axis]
+    if not 0 <= i < size or grad.rank != rank - 1 or any(
+            isinstance(s, int) and d is not None and s != d for s, d in zip(others, grad.shape, strict=True)):
+        raise Unsupported(f"select_backward at {index} of a dimension of size {size} into sizes {input_sizes} "
+                          f"from a gradient of shape {grad.shape}")
+    left, right = [0] * rank, [0] * rank
+    left[axis], right[axis] = i, size - i - 1
     return ctx.g.pad(ctx.g.expand_dims(grad, [axis]), PaddingMode.CONSTANT, left, right, 0.0)
 
 
