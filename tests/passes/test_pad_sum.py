@@ -17,8 +17,8 @@ C = og.PaddingMode.CONSTANT
 
 def _check(build: Callable[[og.Graph, list[og.Tensor]], list[og.Tensor]], shapes: list[tuple[int, ...]]
            ) -> list[str]:
-    """The ops after the pass (placeholders left out), with the compiled values checked against an unoptimised
-    run in float64."""
+    """The ops after the pass (placeholders left out), with the compiled values (op by op, and in generated kernels
+    under Triton's interpreter) checked against an unoptimised run in float64."""
     g = og.Graph()
     xs = [g.placeholder(s, og.float64) for s in shapes]
     outs = build(g, xs)
@@ -29,8 +29,10 @@ def _check(build: Callable[[og.Graph, list[og.Tensor]], list[og.Tensor]], shapes
     types = {t: t.type for t in xs}
     want = g.compile(types, outs, descriptor=og.CompilationDescriptor(optimization_level=0)).run(feeds)
     got = g.compile(types, outs).run(feeds)  # the pass runs at the default level
-    for w, r in zip(want, got, strict=True):
+    generated = g.compile(types, outs, descriptor=og.CompilationDescriptor(triton_interpret=True)).run(feeds)
+    for w, r, k in zip(want, got, generated, strict=True):
         torch.testing.assert_close(r, w, rtol=0, atol=0)
+        torch.testing.assert_close(k, w, rtol=0, atol=0)  # the concat in a generated kernel (the interpreter)
     return [o.op.name for o in after.graph.ops if o.op.name != "placeholder"]
 
 
