@@ -10,30 +10,16 @@ import torch
 
 import opgraph as og
 from opgraph.passes.pad_sum import pads_to_concat
-from opgraph.passes.program import Program
+
+from ._pass_check import check_pass
 
 C = og.PaddingMode.CONSTANT
 
 
 def _check(build: Callable[[og.Graph, list[og.Tensor]], list[og.Tensor]], shapes: list[tuple[int, ...]]
            ) -> list[str]:
-    """The ops after the pass (placeholders left out), with the compiled values (op by op, and in generated kernels
-    under Triton's interpreter) checked against an unoptimised run in float64."""
-    g = og.Graph()
-    xs = [g.placeholder(s, og.float64) for s in shapes]
-    outs = build(g, xs)
-    after = pads_to_concat(Program(g, xs, outs, []))
-    after.graph.verify()
-    gen = torch.Generator().manual_seed(0)
-    feeds = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
-    types = {t: t.type for t in xs}
-    want = g.compile(types, outs, descriptor=og.CompilationDescriptor(optimization_level=0)).run(feeds)
-    got = g.compile(types, outs).run(feeds)  # the pass runs at the default level
-    generated = g.compile(types, outs, descriptor=og.CompilationDescriptor(triton_interpret=True)).run(feeds)
-    for w, r, k in zip(want, got, generated, strict=True):
-        torch.testing.assert_close(r, w, rtol=0, atol=0)
-        torch.testing.assert_close(k, w, rtol=0, atol=0)  # the concat in a generated kernel (the interpreter)
-    return [o.op.name for o in after.graph.ops if o.op.name != "placeholder"]
+    """The ops after the pass, with the values exact op by op and in generated kernels (the interpreter)."""
+    return check_pass(pads_to_concat, build, shapes, interpret=True)[0]
 
 
 def _qkv(g: og.Graph, x: list[og.Tensor], order: tuple[int, int, int] = (0, 1, 2)) -> og.Tensor:

@@ -9,26 +9,14 @@ import pytest
 import torch
 
 import opgraph as og
-from opgraph.passes.program import Program
 from opgraph.passes.transpose_product import transpose_products
+
+from ._pass_check import check_pass
 
 
 def _check(build: Callable[[og.Graph, list[og.Tensor]], list[og.Tensor]], shapes: list[tuple[int, ...]]
            ) -> tuple[list[str], list[torch.Tensor]]:
-    g = og.Graph()
-    xs = [g.placeholder(s, og.float64) for s in shapes]
-    outs = build(g, xs)
-    before = Program(g, xs, outs, [])
-    after = transpose_products(before)
-    after.graph.verify()
-    gen = torch.Generator().manual_seed(0)
-    feeds = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
-    types = {t: t.type for t in xs}
-    want = g.compile(types, outs, descriptor=og.CompilationDescriptor(optimization_level=0)).run(feeds)
-    got = g.compile(types, outs).run(feeds)  # the pass runs at the default level
-    for w, r in zip(want, got, strict=True):
-        torch.testing.assert_close(r, w, rtol=1e-12, atol=1e-12)
-    return [o.op.name for o in after.graph.ops if o.op.name != "placeholder"], got
+    return check_pass(transpose_products, build, shapes, tol=1e-12)
 
 
 def test_a_transposed_product_is_computed_transposed_and_contiguous() -> None:
