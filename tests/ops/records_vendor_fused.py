@@ -298,9 +298,9 @@ def _bn_update_samples(rng: np.random.Generator) -> list[Sample]:
 
 BN_UPDATE_ERRORS = [
     ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3, 4)), _ph(g, (4,)), _ph(g, (4,))), og.ShapeError,
-              "running statistics must be", "stats-length"),
+              "running statistics must be of shape", "stats-length"),
     ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3), og.bfloat16), _ph(g, (3,), og.bfloat16),
-                                         _ph(g, (3,), og.bfloat16)), og.ShapeError, "float32 of shape",
+                                         _ph(g, (3,), og.bfloat16)), og.DTypeError, "must be float32 for bfloat16",
               "16-bit-statistics"),
     ErrorCase(lambda g: _bn_update_build(g, _ph(g, (2, 3)), _ph(g, (3,)), _ph(g, (3,)), momentum=2.0),
               og.AttributeValueError, "momentum must be", "momentum"),

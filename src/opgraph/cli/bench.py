@@ -403,7 +403,8 @@ class Bench:
                         exact = self._float64_step(model0, x, y)
                         row.eager_exact_err = rel_err(got, exact)
                     except Exception:  # e.g. out of memory at float32 or float64: what was measured stays
-                        exact = None if row.eager_exact_err is None else exact
+                        if row.eager_exact_err is None:  # no float64 check without eager's own distance
+                            exact = None
                     finally:
                         gc.collect()
                         if dev.is_cuda:
@@ -519,10 +520,9 @@ def _value_text(row: Row, cell: Cell | None, per_second: bool, notes: list[str],
     text = (f"{row.batch / med:.1f}" if per_second else f"{med * 1e3:.2f}") + (f" ({speedup:.2f}x)" if speedup else "")
     if cell.op_by_op:  # the timing is of launches one by one, not of replays: say why
         text += " ~ " + note(f"{len(cell.op_by_op)} graph(s) ran op by op: " + "; ".join(cell.op_by_op))
-    exact = "" if cell.exact_err is None or row.eager_exact_err is None else \
-        f"; from float64 {cell.exact_err:.3g}, eager {row.eager_exact_err:.3g}"
-    as_right = bool(exact) and math.isfinite(cell.exact_err or math.inf) \
-        and (cell.exact_err or 0.0) <= EXACT_FACTOR * (row.eager_exact_err or 0.0)
+    err, eager_err = cell.exact_err, row.eager_exact_err
+    exact = "" if err is None or eager_err is None else f"; from float64 {err:.3g}, eager {eager_err:.3g}"
+    as_right = err is not None and eager_err is not None and math.isfinite(err) and err <= EXACT_FACTOR * eager_err
     if cell.matches is False and as_right:
         text += " = " + note(f"differs from eager by {cell.rel_err:.3g} (> {cell.tolerance:g}) but is as close to "
                              f"eager in float64 as eager is{exact}")

@@ -240,8 +240,11 @@ def _bn_update_rule(a: BatchNormUpdateAttrs, ins: tuple[TensorType, ...]) -> tup
     st = stat_dtype(x.dtype)
     c = x.shape[1]
     for t in per_channel:
-        if t.dtype is not st or t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
-            raise ShapeError(f"gamma, beta and the running statistics must be {st.name} of shape ({c},), got {t}")
+        if t.dtype is not st:
+            raise DTypeError(f"gamma, beta and the running statistics must be {st.name} for {x.dtype.name} "
+                             f"inputs, got {t.dtype.name}")
+        if t.rank != 1 or (t.shape[0] is not None and c is not None and t.shape[0] != c):
+            raise ShapeError(f"gamma, beta and the running statistics must be of shape ({c},), got {t}")
     stat = TensorType((c,), st)
     return x, stat, stat, stat, stat
 

@@ -78,19 +78,14 @@ def _spelled_out(a: EncoderLayerAttrs, src: torch.Tensor, w: tuple[torch.Tensor,
         h = F.linear(t, f1_w, f1_b)
         return F.linear(F.gelu(h) if a.use_gelu else F.relu(h), f2_w, f2_b)
 
-    def norm1(t: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(t, (e,), n1_w, n1_b, a.epsilon)
-
-    def norm2(t: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(t, (e,), n2_w, n2_b, a.epsilon)
+    def norm(t: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(t, (e,), weight, bias, a.epsilon)
 
     if a.norm_first:
-        x = x + attention(norm1(x))
-        x = x + ffn(norm2(x))
-    else:
-        x = norm1(x + attention(x))
-        x = norm2(x + ffn(x))
-    return x
+        x = x + attention(norm(x, n1_w, n1_b))
+        return x + ffn(norm(x, n2_w, n2_b))
+    x = norm(x + attention(x), n1_w, n1_b)
+    return norm(x + ffn(x), n2_w, n2_b)
 
 
 def _encoder_lower(ctx: LowerContext) -> Callable[..., Any]:

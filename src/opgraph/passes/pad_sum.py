@@ -25,7 +25,7 @@ from ..ops.elementwise import ADD
 from ..ops.shape import CONCAT, AxisAttrs
 from ..ops.slicing import PAD, PaddingMode
 from .dce import dead_code_elimination
-from .program import Program, rewrite
+from .program import Program, readers, rewrite
 
 
 def _padded_range(op: Operation) -> tuple[int, int, int] | None:
@@ -44,14 +44,10 @@ def _padded_range(op: Operation) -> tuple[int, int, int] | None:
 
 def pads_to_concat(program: Program) -> Program:
     """Every sum of ``program`` that the module docstring's rule lets be a concat, as that concat."""
-    readers: dict[int, int] = {}
-    for op in program.graph.ops:
-        for t in op.inputs:
-            readers[id(t)] = readers.get(id(t), 0) + 1
-    outputs = {id(t) for t in program.outputs}
+    read_by, outputs = readers(program), {id(t) for t in program.outputs}
 
     def private(t: Tensor) -> bool:  # read once, by the tree, and not a result
-        return readers.get(id(t), 0) == 1 and id(t) not in outputs
+        return len(read_by.get(id(t), ())) == 1 and id(t) not in outputs
 
     def leaves(op: Operation) -> list[Operation]:
         out = []

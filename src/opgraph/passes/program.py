@@ -26,6 +26,15 @@ class _Drop:
 
 
 DROP = _Drop()
+
+
+def readers(program: Program) -> dict[int, list[Operation]]:
+    """id(tensor) -> the ops that read it, in creation order (an op reading a tensor twice is listed twice)."""
+    out: dict[int, list[Operation]] = {}
+    for op in program.graph.ops:
+        for t in op.inputs:
+            out.setdefault(id(t), []).append(op)
+    return out
 RewriteFn = Callable[[Operation, list[Tensor], GraphCore], "Operation | Sequence[Tensor | None] | _Drop | None"]
 
 

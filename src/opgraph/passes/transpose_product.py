@@ -30,7 +30,7 @@ from ..ops.linalg import MATMUL
 from ..ops.shape import TRANSPOSE, TransposeAttrs
 from .builder import fresh_name
 from .dce import dead_code_elimination
-from .program import Program, rewrite
+from .program import Program, readers, rewrite
 
 
 def _swaps_last_two(op: Operation) -> bool:
@@ -64,10 +64,7 @@ def transpose_products(program: Program) -> Program:
     """Every transposed product of ``program`` that may be (see the module docstring) computed transposed, after
     consecutive transposes are composed."""
     program = _composed(program)
-    readers: dict[int, list[Operation]] = {}
-    for op in program.graph.ops:
-        for t in op.inputs:
-            readers.setdefault(id(t), []).append(op)
+    read_by = readers(program)
     outputs = {id(t) for t in program.outputs}
     chosen: set[int] = set()  # the transposes to rewrite
     for op in program.graph.ops:
@@ -75,9 +72,9 @@ def transpose_products(program: Program) -> Program:
             continue
         product = op.inputs[0]
         mm = product.op
-        transposed_again = any(r.op is TRANSPOSE for r in readers.get(id(op.outputs[0]), []))
+        transposed_again = any(r.op is TRANSPOSE for r in read_by.get(id(op.outputs[0]), []))
         if mm.op is MATMUL and all(t.rank >= 2 for t in mm.inputs) and id(product) not in outputs \
-                and len(readers.get(id(product), [])) == 1 and not transposed_again:
+                and len(read_by.get(id(product), [])) == 1 and not transposed_again:
             chosen.add(id(op))
     if not chosen:
         return dead_code_elimination(program)

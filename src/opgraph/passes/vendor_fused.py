@@ -56,7 +56,7 @@ from ..ops.vendor_fused import (
     ThresholdGradientAttrs,
 )
 from .dce import dead_code_elimination
-from .program import Program, copy_op, rewrite
+from .program import Program, copy_op, readers, rewrite
 
 
 def _rank1_source(t: Tensor, channels: int | None) -> Tensor | None:
@@ -73,23 +73,15 @@ def _in_new_graph(t: Tensor) -> Tensor:
     return t
 
 
-def _readers(program: Program) -> dict[int, list[Operation]]:
-    readers: dict[int, list[Operation]] = {}
-    for op in program.graph.ops:
-        for t in op.inputs:
-            readers.setdefault(id(t), []).append(op)
-    return readers
-
-
 def _conv_bias_plans(program: Program) -> dict[int, Operation]:
     """id(add) -> its conv, for each NCHW/OIHW conv -> add(placed bias) pair."""
-    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    read_by, outputs = readers(program), {id(t) for t in program.outputs}
     plans = {}
     for op in program.graph.ops:
         if op.op is not CONV2D:
             continue
         y = op.outputs[0]
-        users = readers.get(id(y), [])
+        users = read_by.get(id(y), [])
         d = op.attrs
         if d.data_layout is not TensorLayout.NCHW or d.weights_layout is not WeightsLayout.OIHW \
                 or len(users) != 1 or id(y) in outputs or users[0].op is not ADD:
@@ -121,9 +113,9 @@ _WITHOUT_INDICES = {MAX_POOL2D_RETURN_INDICES: MAX_POOL2D, MAX_POOL4D_RETURN_IND
 
 def _pools_without_indices(program: Program) -> set[int]:
     """ids of the max poolings with indices whose indices nothing reads."""
-    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    read_by, outputs = readers(program), {id(t) for t in program.outputs}
     return {id(op) for op in program.graph.ops if op.op in _WITHOUT_INDICES
-            and not readers.get(id(op.outputs[1])) and id(op.outputs[1]) not in outputs}
+            and not read_by.get(id(op.outputs[1])) and id(op.outputs[1]) not in outputs}
 
 
 def _scalar_constant(t: Tensor) -> float | None:
@@ -137,13 +129,13 @@ def _scalar_constant(t: Tensor) -> float | None:
 def _threshold_plans(program: Program) -> dict[int, tuple[Tensor, float]]:
     """id(select) -> (x, threshold) for each ``select(less_equal(x, t), 0, g)`` whose mask only it reads, with x, g
     and the result of one type."""
-    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    read_by, outputs = readers(program), {id(t) for t in program.outputs}
     plans = {}
     for op in program.graph.ops:
         if op.op is not SELECT:
             continue
         mask, zero, g = op.inputs
-        if mask.op.op is not LESS_EQUAL or len(readers.get(id(mask), [])) != 1 or id(mask) in outputs:
+        if mask.op.op is not LESS_EQUAL or len(read_by.get(id(mask), [])) != 1 or id(mask) in outputs:
             continue
         x, t = mask.op.inputs
         threshold = _scalar_constant(t) if t.rank == 0 else None
@@ -164,11 +156,11 @@ def _gradient_pairs(program: Program) -> dict[int, GradientGroup]:
     descriptor, whose other inputs (the source and the weights) exist before the earliest op. A bias gradient is a
     ``reduce_sum`` of that incoming gradient over (N, H, W), as the torch frontend writes ``convolution_backward``'s."""
     position = {id(op): i for i, op in enumerate(program.graph.ops)}
-    readers, outputs = _readers(program), {id(t) for t in program.outputs}
+    read_by, outputs = readers(program), {id(t) for t in program.outputs}
     by_gradient: dict[int, list[Operation]] = {}
     bias_sums: dict[int, list[Operation]] = {}
     for op in program.graph.ops:
-        live = readers.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs if op.outputs else False
+        live = read_by.get(id(op.outputs[0])) or id(op.outputs[0]) in outputs if op.outputs else False
         if op.op is REDUCE_SUM and live and op.inputs[0].rank == 4 and op.attrs.axes == (0, 2, 3) \
                 and not op.attrs.keepdims:
             bias_sums.setdefault(id(op.inputs[0]), []).append(op)

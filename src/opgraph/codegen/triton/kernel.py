@@ -265,8 +265,8 @@ class RegionKernel:
         extra = self._workspace(launch.grid[0] // cfg.split, dev) if cfg.split > 1 else ()
         options: dict[str, Any] = dict(num_warps=cfg.num_warps, **blocks)
         if cfg.split > 1 and dev.type == "cuda":
-            # no FMA contraction where split programs meet: with it, float32 batch-norm statistics split across
-            # programs gave ResNet-50/MobileNetV2 gradients 9-22x eager's error, without it 1.0-1.5x (eleventh session)
+            # no FMA contraction where split programs meet: with it, float32 batch norms with split column sums gave
+            # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session)
             options["enable_fp_fusion"] = False
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 
