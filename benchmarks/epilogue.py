@@ -4,6 +4,8 @@ For each Linear shape ``x (M, K) @ weight.T (K, N) + bias (N)`` (weight stored (
 ``torch.nn.Linear``), dtype and activation (none, relu, gelu = erf form, gelu_tanh) we time:
 
 * ``eager``: ``torch.mm``, then ``+ bias``, then the activation: three kernels;
+* ``mm``: ``torch.mm`` alone, without the bias (what the GEMM costs where a following fused kernel takes the
+  bias, as an elementwise op it reads anyway), checked with the bias and activation added afterwards;
 * ``addmm``: ``torch.addmm(bias, x, w)`` (cuBLASLt's bias epilogue on CUDA), then the activation;
 * ``addmm_act``: ``torch._addmm_activation`` (cuBLASLt's RELU_BIAS / GELU_BIAS epilogue on CUDA), only
   where it computes the same function: relu, and gelu in its tanh form on CUDA / erf form on the CPU;
@@ -21,6 +23,7 @@ are the medians of the per-repeat ratios against ``eager`` (< 1: faster).
     python benchmarks/epilogue.py                          # CUDA when present, else CPU (60 cases)
     python benchmarks/epilogue.py --dtype bfloat16 --json bf16.json   # one dtype: fewer torch.compile builds
     python benchmarks/epilogue.py --device cpu --quick --json /tmp/epilogue.json
+    python benchmarks/epilogue.py --dtype float32 --activation none --shape 1576,3072,768 --shape 8192,768,768
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ SHAPES: list[tuple[str, int, int, int]] = [
     ("8192x4096->4096", 8192, 4096, 4096),
     ("4096x1024->4096", 4096, 1024, 4096),
     ("bert-base ffn b64x128", 8192, 768, 3072),
+    ("bert-base ffn-down b64x128", 8192, 3072, 768),
+    ("bert-base attn-out b64x128", 8192, 768, 768),
+    ("vit-b/16 ffn b8", 1576, 768, 3072),
+    ("vit-b/16 ffn-down b8", 1576, 3072, 768),
+    ("vit-b/16 ffn-down b1", 197, 3072, 768),
     ("resnet50 fc b64", 64, 2048, 1000),
     ("resnet50 fc b256", 256, 2048, 1000),
 ]
@@ -56,7 +64,7 @@ DTYPES = {"float16": (torch.float16, og.float16), "bfloat16": (torch.bfloat16, o
           "float32": (torch.float32, og.float32)}
 QUICK_DTYPES = ["float32", "bfloat16"]
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh")
-VARIANTS = ("eager", "addmm", "addmm_act", "og fused", "og epilogue", "torch.compile")
+VARIANTS = ("eager", "mm", "addmm", "addmm_act", "og fused", "og epilogue", "torch.compile")
 TORCH_ACT: dict[str, Callable[[torch.Tensor], torch.Tensor] | None] = {
     "none": None, "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
 TOL = {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 2e-3}
@@ -115,7 +123,8 @@ def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act
     weight = (torch.randn(n, k, generator=gen, device=dev.torch) / k ** 0.5).to(tdt)
     b = torch.randn(n, generator=gen, device=dev.torch).to(tdt)
     args = (x, weight, b)
-    fns: dict[str, Callable[..., Any] | None] = {"eager": _eager(act), "addmm": _addmm(act),
+    fns: dict[str, Callable[..., Any] | None] = {"eager": _eager(act), "mm": lambda x, w, _: torch.mm(x, w.t()),
+                                                 "addmm": _addmm(act),
                                                  "addmm_act": _addmm_act(act, dev)}
     notes: dict[str, str] = {}
     if not fused_note:
@@ -143,8 +152,9 @@ def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act
 
     cases = {v: bound(f) for v, f in fns.items() if f is not None}
     want = cases["eager"]().float()
+    act_fn = TORCH_ACT[act] or (lambda y: y)
     for v, fn in cases.items():
-        got = fn().float()
+        got = (act_fn(fn() + b) if v == "mm" else fn()).float()
         if not torch.allclose(got, want, rtol=TOL[tdt], atol=TOL[tdt], equal_nan=True):
             err = (got - want).abs().max().item()
             raise SystemExit(f"epilogue: {v} disagrees with eager on {name} {dtype_name} {act} ({dev}): "
@@ -153,7 +163,7 @@ def bench(dev: og.Device, shape: tuple[str, int, int, int], dtype_name: str, act
     ms = {v: statistics.median(samples[v]) * 1e3 if v in samples else None for v in VARIANTS}
     ratio = {v: statistics.median(a / e for a, e in zip(samples[v], samples["eager"], strict=True))
              if v in samples else None for v in VARIANTS}
-    best = min(samples, key=lambda v: statistics.median(samples[v]))
+    best = min((v for v in samples if v != "mm"), key=lambda v: statistics.median(samples[v]))  # mm: no bias
     return {"device": str(dev), "shape": name, "m": m, "k": k, "n": n, "dtype": dtype_name, "activation": act,
             "iters": iters, "repeats": repeats, "best": best,
             **{f"{_key(v)}_ms": ms[v] for v in VARIANTS}, **{f"{_key(v)}_vs_eager": ratio[v] for v in VARIANTS},
@@ -205,6 +215,14 @@ def _compile_note(choice: str, quick: bool, dev: og.Device) -> str:
     return ""
 
 
+def _shape(text: str) -> tuple[str, int, int, int]:
+    try:
+        m, k, n = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M,K,N (three integers), got {text!r}") from None
+    return (f"{m}x{k}->{n}", m, k, n)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when present, else cpu)")
@@ -217,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--torch-compile", choices=("auto", "yes", "no"), default="auto",
                    help="measure torch.compile (auto: yes, except with --quick on the CPU)")
+    p.add_argument("--shape", action="append", type=_shape, metavar="M,K,N",
+                   help="a Linear shape x (M, K) -> (M, N); repeatable, replaces the default shapes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = p.parse_args(argv)
     iters, repeats, dev = common_arguments(p, args, (2, 20), (2, 7))
@@ -227,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         fused_note = "skipped: Triton is not installed"
     dtypes = args.dtype or (QUICK_DTYPES if args.quick else list(DTYPES))
     results = [bench(dev, shape, dt, act, iters, repeats, compile_note, fused_note)
-               for shape in (QUICK_SHAPES if args.quick else SHAPES) for dt in dtypes
+               for shape in (args.shape or (QUICK_SHAPES if args.quick else SHAPES)) for dt in dtypes
                for act in (args.activation or ACTIVATIONS)]
     lt_nan = None
     if dev.is_cuda:

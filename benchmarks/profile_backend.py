@@ -1,9 +1,11 @@
 """Where the time of a training step through ``torch.compile(backend="opgraph")`` goes, against eager PyTorch
 and Inductor: torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph
-bench``). ``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input
-shapes) behind the kernels, to trace them to the graph ops that launch them.
+bench``); with ``--inference``, of three inference calls under ``torch.inference_mode()`` instead.
+``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input shapes) behind
+the kernels, to trace them to the graph ops that launch them.
 
     python benchmarks/profile_backend.py --models resnet50:64,bert:32 --backends eager,inductor,opgraph
+    python benchmarks/profile_backend.py --inference --models vit_b_16:1,vit_b_16:8 --backends eager,inductor,opgraph
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import heapq
+import time
 import warnings
 from collections.abc import Callable
 
@@ -26,6 +29,11 @@ def breakdown(title: str, step: Callable[[], None], top: int) -> None:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - start) / 3 * 1e3
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             step()
@@ -36,7 +44,8 @@ def breakdown(title: str, step: Callable[[], None], top: int) -> None:
         if e.device_type == torch.autograd.DeviceType.CUDA:
             total[e.name[:90]] += e.device_time_total / 3
             count[e.name[:90]] += 1
-    print(f"== {title}: {sum(total.values()) / 1e3:.2f} ms kernel time/step, {sum(count.values()) // 3} kernels/step")
+    print(f"== {title}: {wall_ms:.2f} ms/step unprofiled, {sum(total.values()) / 1e3:.2f} ms kernel time/step, "
+          f"{sum(count.values()) // 3} kernels/step")
     for name, us in total.most_common(top):
         print(f"  {us / 1e3:8.3f} ms  x{count[name] // 3:4d}  {name}")
 
@@ -67,12 +76,35 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
         print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:28s} {key[1]}")
 
 
+def training_step(run: Callable[..., torch.Tensor], model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                  dtype: str) -> Callable[[], None]:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16, enabled=dtype == "bfloat16"):
+            loss = run(x, y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def inference_call(run: Callable[..., object], x: torch.Tensor, dtype: str) -> Callable[[], None]:
+    def call() -> None:
+        with torch.inference_mode(), torch.autocast("cuda", torch.bfloat16, enabled=dtype == "bfloat16"):
+            run(x)
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="resnet50:64,bert:32", help="name:batch pairs (opgraph bench's models)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="bfloat16: autocast")
     ap.add_argument("--top", type=int, default=18, help="kernels listed per run")
     ap.add_argument("--backends", default="eager,opgraph", help="eager, inductor, opgraph (comma-separated)")
+    ap.add_argument("--inference", action="store_true",
+                    help="profile an inference call (the model alone, eval mode, inference_mode) instead of a "
+                         "training step")
     ap.add_argument("--aten-ops", action="store_true", help="also list opgraph's ATen ops by device time")
     ap.add_argument("--channels-last", action="store_true",
                     help="model and images in channels-last memory format for every backend")
@@ -91,26 +123,18 @@ def main() -> None:
         for backend in runs:
             torch.manual_seed(0)
             torch._dynamo.reset()
-            model = WithLoss(m.build(False)).cuda().train()
+            net = m.build(False).cuda()
+            model = net.eval() if args.inference else WithLoss(net).train()
             x, y = (t.cuda() for t in make_data(m, int(batch), m.size, torch.device("cuda")))
             if args.channels_last and x.dim() == 4:
                 # torch's stubs give Module.to no memory_format overload, which it takes at runtime
                 model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
                 x = x.contiguous(memory_format=torch.channels_last)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",
                                                                  **dict(args.option)})
-
-            def step(run: Callable[..., torch.Tensor] = run, x: torch.Tensor = x, y: torch.Tensor = y,
-                     opt: torch.optim.Optimizer = opt) -> None:
-                opt.zero_grad(set_to_none=True)
-                with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bfloat16"):
-                    loss = run(x, y)
-                loss.backward()
-                opt.step()
-
-            title = f"{name} batch {batch} {args.dtype} {backend}"
+            step = inference_call(run, x, args.dtype) if args.inference else training_step(run, model, x, y, args.dtype)
+            title = f"{name} batch {batch} {args.dtype} {'inference ' if args.inference else ''}{backend}"
             (aten_ops if backend == "opgraph-ops" else breakdown)(title, step, args.top)
 
 

@@ -7,6 +7,7 @@ They are single ops with PyTorch lowerings (one fused kernel each); composites s
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -149,10 +150,21 @@ def _gelu_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     return _float_rule(a, ins)
 
 
+@functools.cache
+def _gelu_keeps_inf(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether PyTorch's erf GELU gives +inf at +inf on this kind of device (probed once per device type and
+    dtype): CUDA's kernel computes ``x * 0.5 * (1 + erf(x / sqrt 2))``, which does; the CPU's vectorised erf gives
+    NaN there."""
+    x = torch.full((64,), math.inf, device=device_type, dtype=dtype)  # vector width: the CPU's vectorised path
+    return bool((F.gelu(x) == math.inf).all())
+
+
 def _gelu_lower(ctx: LowerContext) -> Callable[..., Any]:
     if ctx.attrs.approximate is GeluApproximation.TANH:
         return lambda x: F.gelu(x, approximate="tanh")
     if ctx.device.type != "cpu":
+        if _gelu_keeps_inf(ctx.device.type, ctx.out_types[0].dtype.torch_dtype):
+            return F.gelu  # no mend: it cost two more passes over the tensor (BERT-base step on an H200: 1.3 ms)
         return lambda x: torch.where(x == math.inf, x, F.gelu(x))
 
     def on_cpu(x: torch.Tensor) -> torch.Tensor:
