@@ -1,7 +1,8 @@
 """Decompositions for fusion (``passes.decompose``): group_norm, softmax_cross_entropy and (on request)
-batch_norm_training become ops the region generator writes, one fused region each (plus the batch reduction of
-a reduced loss; batch norm: two). Fused executables (Triton's interpreter) are checked against the unfused ones
-and against PyTorch (``F.group_norm``, ``F.cross_entropy``, ``F.batch_norm``)."""
+batch_norm_training and one-update scatters become ops the region generator writes, one fused region each (plus
+the batch reduction of a reduced loss; batch norm: two). Fused executables (Triton's interpreter) are checked
+against the unfused ones and against PyTorch (``F.group_norm``, ``F.cross_entropy``, ``F.batch_norm``,
+``Tensor.scatter``)."""
 
 from __future__ import annotations
 
@@ -639,3 +640,59 @@ def test_cross_entropy_ignores_no_class() -> None:
     torch.testing.assert_close(plain.run([xv, labels])[0], torch.nn.functional.cross_entropy(xv, labels))
     with pytest.raises(og.ExecutionError, match="out of bounds"):
         plain.run([xv, torch.tensor([1, -100, 4])])
+
+
+# ---- scatter_along_axis, one update per fibre ---------------------------------------------------------------
+UNCHECKED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True, check_indices=False)
+
+
+def _one_hot_gradient(shape: tuple[int, ...], axis: int, mode: og.ScatterMode, index_dtype: og.DType,
+                      zero_base: bool) -> tuple[og.Graph, list[og.Tensor], og.Tensor]:
+    """nll_loss's gradient as autograd writes it (a zero base, one update per row at the label), then an
+    elementwise op reading it, as log_softmax's gradient does; or a scatter into a computed tensor."""
+    g = og.Graph()
+    x = g.placeholder(shape, og.float32, name="x")
+    one = tuple(1 if k == axis else d for k, d in enumerate(shape))
+    idx = g.placeholder(one, index_dtype, name="idx")
+    upd = g.placeholder(one, og.float32, name="upd")
+    base = g.fill_like(x, 0.0) if zero_base else g.exp(x)
+    s = g.scatter_along_axis(base, upd, idx, axis, mode)
+    return g, [x, idx, upd], g.exp(x) * 2.0 - s
+
+
+@pytest.mark.parametrize("mode", [og.ScatterMode.SET, og.ScatterMode.ADD])
+@pytest.mark.parametrize("shape,axis,index_dtype,zero_base", [
+    ((5, 7), 1, og.int64, True), ((5, 7), 0, og.int64, False), ((3, 4, 6), 1, og.int32, True),
+    ((3, 300), 1, og.int8, False),  # coordinates past int8's range: compared in int64
+])
+def test_one_update_scatter_is_a_select_in_the_region_that_reads_it(
+        shape: tuple[int, ...], axis: int, index_dtype: og.DType, zero_base: bool, mode: og.ScatterMode) -> None:
+    g, feeds, y = _one_hot_gradient(shape, axis, mode, index_dtype, zero_base)
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [y], device="cpu", descriptor=UNCHECKED)
+    checked = g.compile(types, [y], device="cpu", descriptor=FUSED)
+    assert _names(fused).count("scatter_along_axis") == 0 and _names(fused).count("fused_region") == 1
+    assert "scatter_along_axis" in _names(checked)  # checked indices keep the op, whose lowering checks them
+    assert "fill_like" not in _names(fused)  # a filled base is its value in the region: nothing writes it
+    size = shape[axis]
+    one = tuple(1 if k == axis else d for k, d in enumerate(shape))
+    gen = _gen(5)
+    x = torch.randn(shape, generator=gen)
+    idx = torch.randint(-min(size, 128), min(size, 128), one, generator=gen).to(index_dtype.torch_dtype)  # < 0 wraps
+    upd = torch.randn(one, generator=gen)
+    base = torch.zeros(shape) if zero_base else torch.exp(x)
+    wrapped = torch.where(idx < 0, idx.long() + size, idx.long())
+    scattered = base.scatter_add(axis, wrapped, upd) if mode is og.ScatterMode.ADD else base.scatter(axis, wrapped, upd)
+    want = torch.exp(x) * 2.0 - scattered
+    for exe in (fused, checked):
+        torch.testing.assert_close(exe.run([x, idx, upd])[0], want, **TOL[og.float32])
+
+
+def test_scatters_with_several_updates_per_fibre_keep_the_op() -> None:
+    g = og.Graph()
+    x = g.placeholder((4, 6), og.float32)
+    idx = g.placeholder((4, 2), og.int64)
+    upd = g.placeholder((4, 2), og.float32)
+    y = g.exp(x) - g.scatter_along_axis(g.fill_like(x, 0.0), upd, idx, 1, og.ScatterMode.SET)
+    exe = g.compile({t: t.type for t in (x, idx, upd)}, [y], device="cpu", descriptor=UNCHECKED)
+    assert "scatter_along_axis" in _names(exe)

@@ -12,6 +12,11 @@ decomposition needs are static; otherwise it is left for its own lowering.
 * ``softmax_cross_entropy(logits, labels)``: ``-sum(w * log_softmax(logits))`` over the class axis, with
   ``w`` the (smoothed) one-hot of class-index labels, written ``select(coordinate == label, ...)``, or the
   (smoothed) probability labels; one region over the logits' shape, then the batch ``reduce_mean``/``reduce_sum``.
+* ``scatter_along_axis(data, updates, indices)`` setting or adding one update per fibre (the index axis of size 1,
+  as autograd writes a one-hot gradient: nll_loss's), where indices go unchecked (``CompilationDescriptor(
+  check_indices=False)``, the torch backend's default): ``select(coordinate == index, update, data)`` (``data +
+  select(...)`` to add), elementwise, so it joins the region that reads it instead of a fill, a copy and a scatter
+  over the whole tensor.
 * ``batch_norm_training(x)`` (where ``batch_norm`` asks for it: ``CompilationDescriptor.batch_norm_regions``
   chooses between this and the vendor kernel): two sums of ``x`` shifted by its first element per channel (one
   reduction region, a column reduction for NHWC), then the normalisation, which joins the elementwise ops after
@@ -39,8 +44,11 @@ from ..ops import elementwise as ew
 from ..ops import nn, norm, reduce, shape, slicing, unary
 from ..ops.batch_norm import BATCH_NORM_TRAINING, BatchNormTrainingAttrs
 from ..ops.batch_norm_grad import stat_dtype
+from ..ops.gather import SCATTER_ALONG_AXIS, ScatterAttrs, ScatterMode
+from ..ops.gradient_support import FILL_LIKE
 from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
 from .builder import OpBuilder
+from .dce import dead_code_elimination
 from .program import Program, rewrite
 
 Decomposition = Callable[[OpBuilder, Operation, list[Tensor]], "list[Tensor] | None"]
@@ -203,6 +211,46 @@ def _cross_entropy(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tenso
     return [b.cast(total, logits.dtype, last=True)]
 
 
+# ---- scatter_along_axis ---------------------------------------------------------------------------------
+def _one_per_fibre(op: Operation) -> bool:
+    a: ScatterAttrs = op.attrs
+    data, updates, indices = op.inputs
+    axis = a.axis % data.rank
+    return (a.mode in (ScatterMode.SET, ScatterMode.ADD) and data.shape[axis] is not None
+            and indices.shape[axis] == 1 and updates.shape[axis] == 1 and 0 not in data.shape)
+
+
+def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+    """One update per fibre: where the coordinate along the axis equals the fibre's index (negative indices
+    wrapped, as the op's lowering does), the update (or data + update), else the data. Data filled with one value
+    (autograd's zeros) becomes that value, so no kernel writes it."""
+    a: ScatterAttrs = op.attrs
+    data, updates, indices = ins
+    axis = a.axis % data.rank
+    size = data.shape[axis]
+    assert size is not None  # _one_per_fibre
+    fill = data.op.attrs.value if data.op.op is FILL_LIKE else None
+    # the coordinates broadcast into the data's shape, read through the tensor a fill took its shape from: a tie to
+    # the fill would keep it (a region of its own, written to memory)
+    anchor = data.op.inputs[0] if fill is not None else data
+    dt = indices.dtype if size <= torch.iinfo(indices.dtype.torch_dtype).max else int64  # coordinates fit
+    indices = b.cast(indices, dt)
+    view = [1] * data.rank
+    view[axis] = size
+    coord = b.tie(b.constant(torch.arange(size, dtype=dt.torch_dtype).reshape(view), "coordinate"), anchor)
+    hit = b.op(ew.EQUAL, [coord, indices], part="hit")
+    if dt.signed:  # a negative index counts from the end: compared with the coordinate less the size (per element:
+        # a wrap of the small index tensor alone would be a region of its own)
+        back = b.tie(b.constant(torch.arange(-size, 0, dtype=dt.torch_dtype).reshape(view), "from_end"), anchor)
+        hit = b.op(ew.LOGICAL_OR, [hit, b.op(ew.EQUAL, [back, indices], part="hit_from_end")], part="hit_either")
+    if fill is not None and (a.mode is ScatterMode.SET or fill == 0):
+        return [b.op(ew.SELECT, [hit, updates, b.scalar(fill, data.dtype)], last=True)]
+    if a.mode is ScatterMode.SET:
+        return [b.op(ew.SELECT, [hit, updates, data], last=True)]
+    added = b.op(ew.SELECT, [hit, updates, b.scalar(0, data.dtype)], part="update")
+    return [b.op(ew.ADD, [data, added], last=True)]
+
+
 # ---- batch_norm_training -----------------------------------------------------------------------------
 def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
     """(y, mean, biased variance) from two sums over every axis but the channel's, of ``x`` shifted by its first
@@ -253,15 +301,17 @@ DECOMPOSITIONS: dict[OpDef, Decomposition] = {
     norm.GROUP_NORM: _group_norm,
     SOFTMAX_CROSS_ENTROPY: _cross_entropy,
     BATCH_NORM_TRAINING: _batch_norm,
+    SCATTER_ALONG_AXIS: _scatter,
 }
 
 
 def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool] | None = None,
-                         batch_norm: BatchNormChoice = False) -> Program:
+                         batch_norm: BatchNormChoice = False, unchecked_indices: bool = False) -> Program:
     """``program`` with each op of ``DECOMPOSITIONS`` that ``can_fuse`` refuses (all, without it) rewritten into
     ops the region generator writes; ops whose shapes do not allow it are kept. The program itself when
     nothing is decomposed. ``batch_norm``: ``batch_norm_training`` too, all (``True``) or those it accepts (a
-    predicate); the others keep their vendor kernel.
+    predicate); the others keep their vendor kernel. ``unchecked_indices``: scatters with one update per fibre
+    too (the select they become checks no index).
 
     >>> import opgraph as og
     >>> from opgraph.passes.program import Program
@@ -276,6 +326,8 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
     def wanted(o: Operation) -> bool:
         if o.op is BATCH_NORM_TRAINING:
             return batch_norm(o) if callable(batch_norm) else batch_norm
+        if o.op is SCATTER_ALONG_AXIS:
+            return unchecked_indices and _one_per_fibre(o)
         return o.op in DECOMPOSITIONS
 
     chosen = [o for o in program.graph.ops if wanted(o) and (can_fuse is None or not can_fuse(o))]
@@ -314,7 +366,8 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
             return None
         return DECOMPOSITIONS[op.op](b, op, ins)
 
-    return rewrite(program, fn)
+    # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
+    return dead_code_elimination(rewrite(program, fn))
 
 
 __all__ = ["DECOMPOSITIONS", "decompose_for_fusion"]

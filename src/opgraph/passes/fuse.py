@@ -199,18 +199,20 @@ def _small_read(region: _Region, t: Tensor) -> bool:
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
                  can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
-                 decompose: bool = True, recompute: bool = True, batch_norm: BatchNormChoice = False) -> Program:
+                 decompose: bool = True, recompute: bool = True, batch_norm: BatchNormChoice = False,
+                 unchecked_indices: bool = False) -> Program:
     """Replace each region of connected fusable ops (two or more that compute) by one ``fused_region`` op.
 
     ``can_fuse(op)``: the code generator can write the op (elementwise, injective or reduction, at its dtypes);
     ``reduced_axes(op)``: the input axes a reduction op reduces; ``can_emit(ops, inputs, outputs)``: a formed
     region's kernel can be written (a region that cannot is left unfused). ``decompose``: first rewrite the ops
     the generator refuses but ``passes.decompose`` can write with ops it accepts (group_norm, cross entropy;
-    ``batch_norm``: batch_norm_training too, all or those a predicate accepts).
+    ``batch_norm``: batch_norm_training too, all or those a predicate accepts; ``unchecked_indices``: one-update
+    scatters too, where indices go unchecked).
     ``recompute``: first copy cheap producers read by several fusable ops into each (``passes.recompute``).
     """
     if decompose:
-        program = decompose_for_fusion(program, can_fuse, batch_norm)
+        program = decompose_for_fusion(program, can_fuse, batch_norm, unchecked_indices)
     if recompute:
         program = recompute_cheap_producers(program, can_fuse, reduced_axes)
     ops = program.graph.ops

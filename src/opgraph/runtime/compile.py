@@ -215,7 +215,8 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
         from ..passes.fuse import fuse_regions
 
         batch_norm = batch_norm_regions(descriptor, device_kind)
+        unchecked = not descriptor.check_indices
         passes.append(Pass("fuse_regions", lambda p: fuse_regions(p, can_fuse, reduced_axes, can_emit,
-                                                                  batch_norm=batch_norm)))
+                                                                  batch_norm=batch_norm, unchecked_indices=unchecked)))
     program = run_pipeline(program, passes, descriptor.verify_each_pass, log)
     return program, log
