@@ -696,3 +696,20 @@ def test_scatters_with_several_updates_per_fibre_keep_the_op() -> None:
     y = g.exp(x) - g.scatter_along_axis(g.fill_like(x, 0.0), upd, idx, 1, og.ScatterMode.SET)
     exe = g.compile({t: t.type for t in (x, idx, upd)}, [y], device="cpu", descriptor=UNCHECKED)
     assert "scatter_along_axis" in _names(exe)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [og.ScatterMode.SET, og.ScatterMode.ADD])
+@pytest.mark.parametrize("zero_base", [True, False], ids=["fill", "computed"])
+def test_one_update_scatter_on_cuda(zero_base: bool, mode: og.ScatterMode) -> None:
+    shape = (64, 30522)  # BERT's vocabulary: the masked-LM head's nll_loss gradient
+    g, feeds, y = _one_hot_gradient(shape, 1, mode, og.int64, zero_base)
+    types = {t: t.type for t in feeds}
+    fused = g.compile(types, [y], device="cuda", descriptor=og.CompilationDescriptor(check_indices=False))
+    assert "scatter_along_axis" not in _names(fused)
+    plain = g.compile(types, [y], device="cuda", descriptor=GPU_PLAIN)
+    gen = _gen(6)
+    vals = [torch.randn(shape, generator=gen), torch.randint(-shape[1], shape[1], (shape[0], 1), generator=gen),
+            torch.randn(shape[0], 1, generator=gen)]
+    vals = [v.cuda() for v in vals]
+    torch.testing.assert_close(fused.run(vals)[0], plain.run(vals)[0], **GPU_TOL[og.float32])
