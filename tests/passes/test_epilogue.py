@@ -175,3 +175,38 @@ def test_runs_before_elementwise_fusion() -> None:
     ops = _ops(fused)  # the sigmoid and the multiply: one generated kernel after the epilogue op
     assert ops[:2] == ["transpose", "matmul_epilogue"] and len(ops) == 3 and ops[2].startswith("fused_"), ops
     _check_same(fused, plain, torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("slower", [True, False])
+@pytest.mark.parametrize("dtype", [og.float32, og.bfloat16])
+def test_on_cuda_a_float32_bias_stays_apart_where_the_epilogue_is_timed_slower(
+        dtype: og.DType, slower: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgraph.passes import epilogue
+    from opgraph.passes.program import Program
+
+    asked: list[tuple[Any, ...]] = []
+
+    def probe(*key: Any) -> bool:
+        asked.append(key)
+        return slower
+
+    monkeypatch.setattr(epilogue, "lt_bias_costs_more", probe)
+    g = og.Graph()
+    x = g.placeholder((2, 6, 12), dtype, name="x")
+    y = g.relu(_linear(g, x, 4, dtype))
+    for kind in ("cuda", "cpu"):
+        ops = [o.op.name for o in epilogue.fuse_matmul_epilogues(Program(g, [x], [y], []), kind).graph.ops]
+        fused = not (kind == "cuda" and dtype is og.float32 and slower)
+        assert ("matmul_epilogue" in ops) is fused and ("matmul" in ops) is not fused, (kind, ops)
+    # asked once, on CUDA in float32, for the product's (M, K, N)
+    assert asked == ([(12, 12, 4, torch.float32)] if dtype is og.float32 else [])
+
+
+@pytest.mark.gpu
+def test_the_bias_epilogue_probe_times_once_per_shape() -> None:
+    from opgraph.ops.epilogue import lt_bias_costs_more
+
+    lt_bias_costs_more.cache_clear()
+    first = lt_bias_costs_more(197, 3072, 768, torch.float32)
+    assert isinstance(first, bool) and lt_bias_costs_more(197, 3072, 768, torch.float32) is first
+    assert lt_bias_costs_more.cache_info().hits == 1

@@ -73,6 +73,39 @@ def _lt_relu_keeps_nan(device: torch.device, dtype: torch.dtype) -> bool:
     return bool(torch.isnan(y[0]).all())
 
 
+@functools.cache
+def lt_bias_costs_more(m: int, k: int, n: int, dtype: torch.dtype) -> bool:
+    """Whether ``addmm`` (cuBLASLt's bias epilogue) takes at least 10% longer on the current CUDA device than the
+    plain GEMM and a separate bias add, for ``(m, k) @ (k, n)`` with the weight read transposed as ``nn.Linear``
+    stores it; timed once per shape and dtype. Its float32 heuristics pick a slower kernel for some shapes (an
+    H200 at 197x3072->768: 0.094 ms against 0.043 ms apart; RESULTS.md, thirteenth session)."""
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
+    b = torch.randn(n, device="cuda", dtype=dtype, generator=gen)
+    fused, apart = _median_ms(lambda: torch.addmm(b, x, w), lambda: torch.mm(x, w).add_(b))
+    return apart < 0.9 * fused
+
+
+def _median_ms(*calls: Callable[[], object], repeats: int = 5, each: int = 3) -> list[float]:
+    """The median time of each call (ms; ``each`` calls per timed sample, the calls' samples interleaved)."""
+    for call in calls:
+        call(), call()  # warm-up: cuBLAS picks and loads its kernel
+    samples: list[list[float]] = [[] for _ in calls]
+    for _ in range(repeats):
+        for call, times in zip(calls, samples, strict=True):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(each):
+                call()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / each)
+    return [sorted(t)[len(t) // 2] for t in samples]
+
+
 def _activation(a: EpilogueActivation, ctx: LowerContext) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The activation op's own lowering, so the semantics (NaN, +inf) are exactly the unfused ones."""
     if a is EpilogueActivation.NONE:

@@ -5,6 +5,12 @@ opgraph's function) rides in its epilogue instead of a second kernel that reread
 ``og.nn.Linear``'s ``x @ transpose(w) + b`` (the transpose is a view that ``addmm`` reads as is). Values
 inside the chain must have no other reader and not be outputs; the fused op stands where the chain's
 last op stood and takes its name. ``CompilationDescriptor(matmul_epilogues=False)`` turns the pass off (benchmarks).
+
+On CUDA a float32 product keeps its bias out of the GEMM where ``addmm`` is measured slower than the plain GEMM
+and a separate add (``ops.epilogue.lt_bias_costs_more``, timed once per shape at compile time): cuBLASLt's
+heuristics pick slower kernels for some shapes, such as a transformer's FFN down-projection (H200: 2.2x at
+197x3072->768, 1.35x at 1576x3072->768; ``benchmarks/epilogue.py``, RESULTS.md), where in 16-bit ``addmm`` was
+never slower. The bias add then joins the region after it (a residual add, a norm), or is one elementwise kernel.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.dtype import FLOAT_DTYPES
+import torch
+
+from ..core.dtype import FLOAT_DTYPES, float32
+from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ops.activation import GELU, RELU, GeluApproximation
 from ..ops.elementwise import ADD
-from ..ops.epilogue import MATMUL_EPILOGUE, EpilogueActivation, MatmulEpilogueAttrs
+from ..ops.epilogue import MATMUL_EPILOGUE, EpilogueActivation, MatmulEpilogueAttrs, lt_bias_costs_more
 from ..ops.linalg import MATMUL
 from .program import Program, rewrite
 
@@ -38,7 +47,15 @@ def _activation_of(op: Operation) -> EpilogueActivation | None:
     return None
 
 
-def _chains(program: Program) -> list[_Chain]:
+def _slow_lt_bias(x: Tensor, w: Tensor, device_kind: str) -> bool:
+    """The bias of this float32 product costs more in cuBLASLt's epilogue than apart (module docstring)."""
+    m, (k, n) = numel(x.shape[:-1]), w.shape
+    if device_kind != "cuda" or x.dtype is not float32 or m is None or k is None or n is None or not m:
+        return False
+    return lt_bias_costs_more(m, k, n, torch.float32)
+
+
+def _chains(program: Program, device_kind: str) -> list[_Chain]:
     readers: dict[int, list[Operation]] = {}
     for op in program.graph.ops:
         for t in op.inputs:
@@ -55,7 +72,7 @@ def _chains(program: Program) -> list[_Chain]:
             continue
         x, w = op.inputs
         y = op.outputs[0]
-        if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES:
+        if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES or _slow_lt_bias(x, w, device_kind):
             continue
         add = only_reader(y)
         if add is None or add.op is not ADD or add.inputs[0] is add.inputs[1]:
@@ -75,9 +92,10 @@ def _chains(program: Program) -> list[_Chain]:
     return chains
 
 
-def fuse_matmul_epilogues(program: Program) -> Program:
-    """Replace each matmul -> bias add [-> relu/gelu] chain by one ``matmul_epilogue`` op."""
-    chain_of = {id(o): c for c in _chains(program) for o in c.ops}
+def fuse_matmul_epilogues(program: Program, device_kind: str = "cpu") -> Program:
+    """Replace each matmul -> bias add [-> relu/gelu] chain by one ``matmul_epilogue`` op (on CUDA, not the
+    float32 ones whose K > N)."""
+    chain_of = {id(o): c for c in _chains(program, device_kind) for o in c.ops}
     if not chain_of:
         return program
     mapped: dict[int, list[Tensor]] = {}  # id(old op) -> its inputs in the new graph

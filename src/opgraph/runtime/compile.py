@@ -202,7 +202,8 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
     if descriptor.fusion and descriptor.matmul_epilogues and descriptor.optimization_level >= 1:
         from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
 
-        passes.append(Pass("fuse_matmul_epilogues", fuse_matmul_epilogues))  # before region formation
+        passes.append(Pass("fuse_matmul_epilogues",  # before region formation
+                           lambda p: fuse_matmul_epilogues(p, device_kind)))
     if descriptor.fusion and descriptor.optimization_level >= 1 and not fusing:
         from ..passes.vendor_fused import fuse_vendor_calls  # where regions form, those ops join them instead
 
