@@ -6,11 +6,11 @@ opgraph's function) rides in its epilogue instead of a second kernel that reread
 inside the chain must have no other reader and not be outputs; the fused op stands where the chain's
 last op stood and takes its name. ``CompilationDescriptor(matmul_epilogues=False)`` turns the pass off (benchmarks).
 
-On CUDA a float32 product keeps its bias out of the GEMM where ``addmm`` is measured slower than the plain GEMM
-and a separate add (``ops.epilogue.lt_bias_costs_more``, timed once per shape at compile time): cuBLASLt's
-heuristics pick slower kernels for some shapes, such as a transformer's FFN down-projection (H200: 2.2x at
-197x3072->768, 1.35x at 1576x3072->768; ``benchmarks/epilogue.py``, RESULTS.md), where in 16-bit ``addmm`` was
-never slower. The bias add then joins the region after it (a residual add, a norm), or is one elementwise kernel.
+On CUDA a product keeps its bias (and activation) out of the GEMM where the epilogue is timed slower than the
+plain GEMM and a separate add (``ops.epilogue.lt_bias_costs_more``, once per shape at compile time): cuBLASLt's
+heuristics pick slower float32 kernels for some shapes, such as a transformer's FFN down-projection (H200: 2.2x at
+197x3072->768, 1.35x at 1576x3072->768; ``benchmarks/epilogue.py``, RESULTS.md). The bias add then joins the
+region after it (a residual add, a norm, the relu), or is one elementwise kernel.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
-from ..core.dtype import FLOAT_DTYPES, float32
+from ..core.dtype import FLOAT_DTYPES
 from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ops.activation import GELU, RELU, GeluApproximation
@@ -47,12 +45,14 @@ def _activation_of(op: Operation) -> EpilogueActivation | None:
     return None
 
 
-def _slow_lt_bias(x: Tensor, w: Tensor, device_kind: str) -> bool:
-    """The bias of this float32 product costs more in cuBLASLt's epilogue than apart (module docstring)."""
+def _slow_lt_bias(chain: _Chain, device_kind: str) -> bool:
+    """The chain's epilogue costs more in cuBLASLt than apart (module docstring): timed on CUDA for static shapes."""
+    x, w = chain.ops[0].inputs
     m, (k, n) = numel(x.shape[:-1]), w.shape
-    if device_kind != "cuda" or x.dtype is not float32 or m is None or k is None or n is None or not m:
+    if device_kind != "cuda" or m is None or k is None or n is None or not m * k * n:
         return False
-    return lt_bias_costs_more(m, k, n, torch.float32)
+    relu = chain.activation is EpilogueActivation.RELU
+    return lt_bias_costs_more(m, k, n, x.dtype.torch_dtype, relu)
 
 
 def _chains(program: Program, device_kind: str) -> list[_Chain]:
@@ -72,7 +72,7 @@ def _chains(program: Program, device_kind: str) -> list[_Chain]:
             continue
         x, w = op.inputs
         y = op.outputs[0]
-        if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES or _slow_lt_bias(x, w, device_kind):
+        if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES:
             continue
         add = only_reader(y)
         if add is None or add.op is not ADD or add.inputs[0] is add.inputs[1]:
@@ -88,13 +88,14 @@ def _chains(program: Program, device_kind: str) -> list[_Chain]:
         if nxt is not None and act is not None:
             chain.ops.append(nxt)
             chain.activation = act
-        chains.append(chain)
+        if not _slow_lt_bias(chain, device_kind):
+            chains.append(chain)
     return chains
 
 
 def fuse_matmul_epilogues(program: Program, device_kind: str = "cpu") -> Program:
-    """Replace each matmul -> bias add [-> relu/gelu] chain by one ``matmul_epilogue`` op (on CUDA, not the
-    float32 ones whose K > N)."""
+    """Replace each matmul -> bias add [-> relu/gelu] chain by one ``matmul_epilogue`` op (on CUDA, not those
+    whose epilogue is timed slower than the ops apart)."""
     chain_of = {id(o): c for c in _chains(program, device_kind) for o in c.ops}
     if not chain_of:
         return program
