@@ -96,6 +96,26 @@ def test_gradients_keep_the_activation_separate() -> None:
     _check_same(fused, plain, torch.randn(4, 3, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("bias_left", [False, True])
+def test_a_reshape_of_the_rows_between_product_and_bias_is_done_after_the_op(bias_left: bool) -> None:
+    # nn.MultiheadAttention's in-projection: (L*N, E) @ w, viewed (L, N, 3E), then the bias
+    def build(g: og.Graph, x: og.Tensor) -> og.Tensor:
+        w, b = g.constant(torch.randn(4, 6)), g.constant(torch.randn(6))
+        y = g.reshape(g.matmul(x, w), (3, 2, 6))
+        return g.relu(b + y if bias_left else y + b)
+
+    fused, plain = _compile(build, (6, 4))
+    assert _ops(fused) == ["matmul_epilogue", "reshape"], fused.program.graph
+    assert fused.program.graph.ops[-1].outputs[0].shape == (3, 2, 6)
+    _check_same(fused, plain, torch.randn(6, 4))
+
+
+def test_not_through_a_reshape_that_splits_the_product_rows() -> None:
+    # (6, 6) viewed (6, 2, 3): the bias of length 3 would add along half-rows, not the product's columns
+    _no_epilogue(lambda g, x: g.reshape(g.matmul(x, g.constant(torch.randn(4, 6))), (6, 2, 3))
+                 + g.constant(torch.randn(3)), (6, 4))
+
+
 def _no_epilogue(build: Callable[[og.Graph, og.Tensor], Any], x_shape: tuple[int, ...] = (4, 3),
                  dtype: og.DType = og.float32) -> og.Executable:
     fused, plain = _compile(build, x_shape, dtype)

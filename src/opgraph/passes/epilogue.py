@@ -25,14 +25,17 @@ from ..ops.activation import GELU, RELU, GeluApproximation
 from ..ops.elementwise import ADD
 from ..ops.epilogue import MATMUL_EPILOGUE, EpilogueActivation, MatmulEpilogueAttrs, lt_bias_costs_more
 from ..ops.linalg import MATMUL
+from ..ops.shape import RESHAPE
+from .builder import fresh_name
 from .program import Program, rewrite
 
 
 @dataclass
 class _Chain:
-    ops: list[Operation]  # matmul, add, and the activation if any
+    ops: list[Operation]  # matmul, [reshape,] add, and the activation if any
     bias_index: int  # which input of the add is the bias
     activation: EpilogueActivation
+    view: Operation | None = None  # a reshape of the product's leading dims before the add (done after the op)
 
 
 def _activation_of(op: Operation) -> EpilogueActivation | None:
@@ -74,15 +77,21 @@ def _chains(program: Program, device_kind: str) -> list[_Chain]:
         y = op.outputs[0]
         if x.rank < 2 or w.rank != 2 or y.dtype not in FLOAT_DTYPES:
             continue
+        n = y.shape[-1]
         add = only_reader(y)
+        view = None
+        if add is not None and add.op is RESHAPE and n is not None and add.outputs[0].shape[-1] == n:
+            # rows regrouped, each kept whole (nn.MultiheadAttention's in-projection of a (L, N, E) view): the
+            # bias still adds along the last dim, so the op adds it and the reshape follows
+            view, add = add, only_reader(add.outputs[0])
+        summed = view.outputs[0] if view is not None else y
         if add is None or add.op is not ADD or add.inputs[0] is add.inputs[1]:
             continue
-        k = 1 if add.inputs[0] is y else 0
+        k = 1 if add.inputs[0] is summed else 0
         bias = add.inputs[k]
-        n = y.shape[-1]
-        if n is None or bias.shape != (n,) or bias.dtype is not y.dtype or add.outputs[0].type != y.type:
+        if n is None or bias.shape != (n,) or bias.dtype is not y.dtype or add.outputs[0].type != summed.type:
             continue  # the bias must broadcast over the last dim only, without promotion
-        chain = _Chain([op, add], k, EpilogueActivation.NONE)
+        chain = _Chain([op, add] if view is None else [op, view, add], k, EpilogueActivation.NONE, view)
         nxt = only_reader(add.outputs[0])
         act = _activation_of(nxt) if nxt is not None else None
         if nxt is not None and act is not None:
@@ -99,6 +108,7 @@ def fuse_matmul_epilogues(program: Program, device_kind: str = "cpu") -> Program
     chain_of = {id(o): c for c in _chains(program, device_kind) for o in c.ops}
     if not chain_of:
         return program
+    taken = {o.name for o in program.graph.ops}
     mapped: dict[int, list[Tensor]] = {}  # id(old op) -> its inputs in the new graph
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> Operation | Sequence[Tensor] | None:
@@ -109,9 +119,12 @@ def fuse_matmul_epilogues(program: Program, device_kind: str = "cpu") -> Program
         if op is not c.ops[-1]:
             return ins[:1]  # a stand-in until the chain's last op: nothing outside the chain reads it
         x, w = mapped[id(c.ops[0])]
-        bias = mapped[id(c.ops[1])][c.bias_index]
-        a = MatmulEpilogueAttrs(c.activation, True, tuple(o.name for o in c.ops))
-        return g._add_op(MATMUL_EPILOGUE, [x, w, bias], a, op.name)
+        bias = mapped[id(c.ops[2 if c.view is not None else 1])][c.bias_index]
+        a = MatmulEpilogueAttrs(c.activation, True, tuple(o.name for o in c.ops if o is not c.view))
+        if c.view is None:
+            return g._add_op(MATMUL_EPILOGUE, [x, w, bias], a, op.name)
+        product = g._add_op(MATMUL_EPILOGUE, [x, w, bias], a, fresh_name(f"{op.name}.product", taken, g))
+        return g._add_op(RESHAPE, product.outputs, c.view.attrs, op.name)
 
     return rewrite(program, fn)
 
