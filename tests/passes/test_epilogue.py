@@ -221,13 +221,14 @@ def test_on_cuda_a_bias_stays_apart_where_the_epilogue_is_timed_slower(
     assert asked == [(12, 12, 4, dtype.torch_dtype, True)]  # asked on CUDA only, for (M, K, N) and the relu
 
 
-def test_shapes_not_known_at_compile_time_keep_the_epilogue(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("rows", [None, 1 << 20], ids=["dynamic", "too-large-to-time"])
+def test_shapes_not_timed_keep_the_epilogue(rows: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     from opgraph.passes import epilogue
     from opgraph.passes.program import Program
 
     monkeypatch.setattr(epilogue, "lt_bias_costs_more", lambda *key: pytest.fail(f"timed {key}"))
     g = og.Graph()
-    x = g.placeholder((None, 12), og.float32, name="x")
+    x = g.placeholder((rows, 64), og.float32, name="x")  # 2**20 x 64 float32: 256 MiB, past PROBE_BYTES
     y = _linear(g, x, 4)
     ops = [o.op.name for o in epilogue.fuse_matmul_epilogues(Program(g, [x], [y], []), "cuda").graph.ops]
     assert "matmul_epilogue" in ops
