@@ -67,11 +67,13 @@ def test_log_softmax_backward_data(dim: int, vendor: bool) -> None:
     _check(fn, [gy, y], vendor, "log_softmax_gradient", tol=1e-5)
 
 
-def test_a_language_model_step_uses_the_vendor_loss_gradients_and_matches_eager() -> None:
+def _language_model_step(options: dict[str, Any] | None = None) -> list[str]:
+    """An embedding + linear language model's cross-entropy step, compiled, against eager's gradients (one ignored
+    label, one of the last class); the ops of the backward's kernels."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50))
     tokens, labels = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (3, 8))
-    labels[0, 0] = -100  # ignored
+    labels[0, 0], labels[1, 2] = -100, 49
 
     def loss(tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
@@ -83,36 +85,22 @@ def test_a_language_model_step_uses_the_vendor_loss_gradients_and_matches_eager(
 
     want = step(loss)
     with recording() as reports:
-        got = step(compiled(loss))
+        got = step(compiled(loss, options))
     assert want.keys() == got.keys() and len(want) == 3
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
-    backward = [k.op for r in reports if r.kind == "backward" for k in r.kernels]
+    return [k.op for r in reports if r.kind == "backward" for k in r.kernels]
+
+
+def test_a_language_model_step_uses_the_vendor_loss_gradients_and_matches_eager() -> None:
+    backward = _language_model_step()
     assert {"log_softmax_gradient", "nll_loss_gradient", "embedding_gradient"} <= set(backward), backward
 
 
 def test_a_language_model_step_in_generated_kernels_writes_no_one_hot_gradient() -> None:
     # where kernels are generated (here Triton's interpreter), nll_loss's gradient (a zero tensor with one value a
     # row scattered in) becomes a select in log_softmax's gradient region: no scatter, no fill of the logits' size
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50))
-    tokens, labels = torch.randint(0, 50, (3, 8)), torch.randint(0, 50, (3, 8))
-    labels[0, 0], labels[1, 2] = -100, 49  # ignored; the last class
-
-    def loss(tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
-
-    def step(fn: Callable[..., torch.Tensor]) -> dict[str, torch.Tensor]:
-        model.zero_grad(set_to_none=True)
-        fn(tokens, labels).backward()
-        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-
-    want = step(loss)
-    with recording() as reports:
-        got = step(compiled(loss, {"triton_interpret": True}))
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
-    backward = [k.op for r in reports if r.kind == "backward" for k in r.kernels]
+    backward = _language_model_step({"triton_interpret": True})
     assert "fused_region" in backward and not {"scatter_along_axis", "fill_like"} & set(backward), backward
 
 
