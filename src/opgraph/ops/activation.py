@@ -150,11 +150,17 @@ def _gelu_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     return _float_rule(a, ins)
 
 
-@functools.cache
 def _gelu_keeps_inf(device_type: str, dtype: torch.dtype) -> bool:
     """Whether PyTorch's erf GELU gives +inf at +inf on this kind of device (probed once per device type and
     dtype): CUDA's kernel computes ``x * 0.5 * (1 + erf(x / sqrt 2))``, which does; the CPU's vectorised erf gives
-    NaN there."""
+    NaN there. Not probed while a CUDA graph is being captured (a probe reads its result on the host): mended."""
+    if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return False
+    return _probe_gelu_at_inf(device_type, dtype)
+
+
+@functools.cache
+def _probe_gelu_at_inf(device_type: str, dtype: torch.dtype) -> bool:
     x = torch.full((64,), math.inf, device=device_type, dtype=dtype)  # vector width: the CPU's vectorised path
     return bool((F.gelu(x) == math.inf).all())
 

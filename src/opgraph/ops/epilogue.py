@@ -73,15 +73,19 @@ def _lt_relu_keeps_nan(device: torch.device, dtype: torch.dtype) -> bool:
     return bool(torch.isnan(y[0]).all())
 
 
-@functools.cache
 def lt_bias_costs_more(m: int, k: int, n: int, dtype: torch.dtype, relu: bool = False) -> bool:
     """Whether ``addmm`` (cuBLASLt's bias epilogue; ``_addmm_activation`` with ``relu``, its RELU_BIAS one) takes
     at least 10% longer on the current CUDA device than the plain GEMM and a separate bias add (and relu), for
     ``(m, k) @ (k, n)`` with the weight read transposed as ``nn.Linear`` stores it; timed once per shape. Its
     float32 heuristics pick a slower kernel for some shapes (an H200 at 197x3072->768: 0.094 ms against 0.043 ms
-    apart; RESULTS.md, thirteenth session)."""
+    apart; RESULTS.md, thirteenth session). Not timed while a CUDA graph is being captured: the epilogue stays."""
     if torch.cuda.is_current_stream_capturing():
         return False
+    return _time_lt_bias(m, k, n, dtype, relu)
+
+
+@functools.cache
+def _time_lt_bias(m: int, k: int, n: int, dtype: torch.dtype, relu: bool) -> bool:
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
     w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
