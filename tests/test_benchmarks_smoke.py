@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import subprocess
@@ -45,6 +46,13 @@ def test_maxpool_indices_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert all(r[k] > 0 for r in results for k in ("torch_ms", "og_idx32_ms", "og_recompute_ms", "idx32_vs_torch"))
 
 
+def test_epilogue_takes_shapes() -> None:
+    bench = _load("epilogue")
+    assert bench._shape("197,3072,768") == ("197x3072->768", 197, 3072, 768)
+    with pytest.raises(argparse.ArgumentTypeError, match="M,K,N"):
+        bench._shape("197,3072")
+
+
 def test_epilogue_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                         _threads: Any) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the fused column runs in Triton's interpreter on the CPU
@@ -58,7 +66,8 @@ def test_epilogue_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str], monk
     assert {(r["shape"], r["activation"]) for r in results} == {(s, a) for s in ("tiny", "tiny fc")
                                                                 for a in ("none", "relu", "gelu", "gelu_tanh")}
     for r in results:
-        assert r["eager_ms"] > 0 and r["addmm_ms"] > 0 and r["og_epilogue_ms"] > 0
+        assert r["eager_ms"] > 0 and r["mm_ms"] > 0 and r["addmm_ms"] > 0 and r["og_epilogue_ms"] > 0
+        assert r["best"] != "mm"  # the bare product adds no bias: never the answer
         # the pass fired (erf gelu stays a separate op: measured faster)
         fused_ops = "matmul_epilogue + gelu" if r["activation"] == "gelu" else "matmul_epilogue"
         assert r["notes"]["og epilogue"] == fused_ops
