@@ -225,6 +225,33 @@ def test_views_at_a_region_end_stay_outside() -> None:
         %fused_region_1: float32(32,) = fused_region(%x) [exp reshape tanh -> 2]""")
 
 
+def test_a_view_of_an_input_read_outside_is_made_outside() -> None:
+    # as in layer norm's gradient: the incoming gradient, reshaped, is read in the region and by a bias sum outside;
+    # the kernel does not store a copy of it
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    r = g.reshape(x, [2, 2, 8], name="r")
+    y = g.tanh(g.softmax(r, -1, name="n"), name="y")  # rows: the column sum below cannot join
+    s = g.reduce_sum(r, [0, 1], name="s")
+    fused = fuse(g, [x], [y, s])
+    assert text(fused) == golden("""
+        %x: float32(4, 8) = placeholder()
+        %r: float32(2, 2, 8) = reshape(%x) {shape=(2, 2, 8)}
+        %fused_region_2: float32(2, 2, 8) = fused_region(%x) [reshape softmax tanh -> 2]
+        %s: float32(8,) = reduce_sum(%r) {axes=(0, 1)}""")
+    xv = torch.randn(4, 8)
+    exe = g.compile({x: x.type}, [y, s], device="cpu", descriptor=og.CompilationDescriptor(triton_interpret=True))
+    got = exe.run([xv])
+    torch.testing.assert_close(got[0], torch.tanh(torch.softmax(xv, -1)).reshape(2, 2, 8))
+    torch.testing.assert_close(got[1], xv.sum(0))
+    # a region storing nothing but views would store nothing: it keeps them
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    r = g.reshape(x, [32], name="r")
+    t = g.transpose(x, [1, 0], name="t")
+    assert "fused_region" not in text(fuse(g, [x], [r, t]))
+
+
 def test_ops_the_generator_refuses_stay_unfused() -> None:
     g = og.Graph()
     z = g.placeholder((4, 8), og.complex64, name="z")

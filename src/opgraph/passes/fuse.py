@@ -293,6 +293,10 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     def emit(item: Operation | int) -> None:
         if isinstance(item, int):  # a region, at its last op's place
             body, ext, outs = bodies[item]
+            views = _views_of_inputs(outs, ext)
+            for t in views:  # read outside as the view PyTorch makes for free, not a copy the kernel stores
+                emit(t.op)
+            outs = [t for t in outs if all(v is not t for v in views)]  # Tensor's == builds an op
             index = {id(o.outputs[0]): k for k, o in enumerate(body)}
             steps = [FusedStep(o.op.name, o.attrs, tuple(index[id(t)] if id(t) in index
                                                         else -1 - next(j for j, e in enumerate(ext) if e is t)
@@ -368,6 +372,16 @@ def _emittable_parts(body: list[Operation], readers: dict[int, list[Operation]],
         else:
             rest = rest[1:]
     return parts
+
+
+def _views_of_inputs(outs: list[Tensor], ext: list[Tensor]) -> list[Tensor]:
+    """The region's outputs that are a view op (reshape, transpose, ...) of one of its inputs: an outside reader
+    gets the view made outside instead (layer norm's gradient region stored its incoming gradient, reshaped, for
+    the bias gradient's sum). Not all of them: a kernel stores at least one output."""
+    inputs = {id(t) for t in ext}
+    views = [t for t in outs if t.op.op.fusion is FusionKind.INJECTIVE and len(t.op.outputs) == 1
+             and all(id(u) in inputs for u in t.op.inputs)]
+    return views if len(views) < len(outs) else []
 
 
 def _worth_a_kernel(body: list[Operation]) -> bool:
