@@ -9,9 +9,10 @@ from .memory_plan import MemoryPlan, ValueInfo, plan_memory
 from .pad_sum import pads_to_concat
 from .program import DROP, Program, rewrite
 from .transpose_product import transpose_products
+from .views import fold_views
 
 __all__ = ["DROP", "Pass", "PassRecord", "Program", "common_subexpression_elimination", "constant_folding",
            "dead_code_elimination", "rewrite", "run_pipeline"]
 __all__ += ["fuse_matmul_epilogues"]
 __all__ += ["MemoryPlan", "ValueInfo", "plan_memory"]
-__all__ += ["pads_to_concat", "transpose_products"]
+__all__ += ["fold_views", "pads_to_concat", "transpose_products"]
