@@ -688,6 +688,18 @@ def test_one_update_scatter_is_a_select_in_the_region_that_reads_it(
         torch.testing.assert_close(exe.run([x, idx, upd])[0], want, **TOL[og.float32])
 
 
+def test_one_update_scatter_with_a_dynamic_batch() -> None:
+    g, feeds, y = _one_hot_gradient((None, 7), 1, og.ScatterMode.SET, og.int64, True)  # type: ignore[arg-type]
+    exe = g.compile({t: t.type for t in feeds}, [y], device="cpu", descriptor=UNCHECKED)
+    assert {k.op for k in exe.kernels()} == {"fused_region"}  # the coordinate's compares too: no op left unfused
+    for rows in (3, 6):
+        gen = _gen(rows)
+        x, idx, upd = torch.randn(rows, 7, generator=gen), torch.randint(-7, 7, (rows, 1), generator=gen), \
+            torch.randn(rows, 1, generator=gen)
+        want = torch.exp(x) * 2.0 - torch.zeros(rows, 7).scatter(1, idx % 7, upd)
+        torch.testing.assert_close(exe.run([x, idx, upd])[0], want, **TOL[og.float32])
+
+
 def test_scatters_with_several_updates_per_fibre_keep_the_op() -> None:
     g = og.Graph()
     x = g.placeholder((4, 6), og.float32)
