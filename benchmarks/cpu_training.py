@@ -1,12 +1,14 @@
 """Training steps on the CPU: eager PyTorch against ``torch.compile(backend="opgraph")`` on the models of
-``opgraph bench --quick`` (forward, cross-entropy, backward, SGD with momentum), interleaved so that both see the
-same load on a shared machine (``_timing.interleaved``: ``--repeats`` rounds of ``--iters`` steps each, the order
-rotating). A cell gives the median ms per step over the rounds, the range, the ratio (``> 1``: opgraph faster),
-the ATen calls of one step of each (from the profiler; opgraph's run inside its executables) and the minor page
-faults a step of each took in the timed rounds (memory the C allocator gave back to the system and touched again).
+``opgraph bench --quick`` (``--full``: at its full sizes), each step forward, cross-entropy, backward and SGD with
+momentum, interleaved so that both see the same load on a shared machine (``_timing.interleaved``: ``--repeats``
+rounds of ``--iters`` steps each, the order rotating). A cell gives the median ms per step over the rounds, the
+range, the ratio (``> 1``: opgraph faster), the ATen calls of one step of each (from the profiler; opgraph's run
+inside its executables) and the minor page faults a step of each took in the timed rounds (memory the C allocator
+gave back to the system and touched again).
 
     python benchmarks/cpu_training.py
     python benchmarks/cpu_training.py --models bert --dtypes float32 --iters 10 --repeats 9
+    python benchmarks/cpu_training.py --models bert --full --batch 4 --threads 2 --iters 2 --repeats 5
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ def training_step(model: torch.nn.Module, fn: Callable[..., torch.Tensor], x: to
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="tiny_cnn,bert,tiny_vgg,tiny_transformer",
-                   help="comma-separated models of opgraph bench, at its --quick sizes")
+                   help="comma-separated models of opgraph bench, at its --quick sizes unless --full")
     p.add_argument("--dtypes", default="float32,bfloat16", help="float32 and/or bfloat16 (autocast)")
     p.add_argument("--iters", type=int, default=10, help="steps per round")
     p.add_argument("--repeats", type=int, default=5, help="rounds (the median of these is reported)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch")
+    p.add_argument("--full", action="store_true",
+                   help="the models at opgraph bench's full sizes (BERT-base, not its small stand-in config)")
+    p.add_argument("--batch", type=int, default=None, help="training batch (default: the model's, quick or full)")
     args = p.parse_args(argv)
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
@@ -58,10 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models.split(","):
         m = MODELS[name]
-        size, batch = m.sizes(True)
+        size, batch = m.sizes(not args.full)
+        batch = args.batch or batch
         for dtype in args.dtypes.split(","):
             torch.manual_seed(0)
-            model = without_dropout(m.build(True)).train()
+            model = without_dropout(m.build(not args.full)).train()
             x, y = make_data(m, batch, size, torch.device("cpu"))
             torch._dynamo.reset()
             module = WithLoss(model)
