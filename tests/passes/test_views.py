@@ -71,3 +71,15 @@ def test_dynamic_shapes_shorten_but_are_never_proven_equal() -> None:
     exe = g.compile({x: x.type}, [y])
     xv = torch.randn(5, 8)
     torch.testing.assert_close(exe.run([xv])[0], torch.exp(xv))
+
+
+def test_in_the_default_pipeline_after_constant_folding() -> None:
+    g = og.Graph()
+    x = g.placeholder((32, 8), og.float32)
+    y = g.exp(g.reshape(g.reshape(x, (2, 16, 8)), (32, 8)))
+    exe = g.compile({x: x.type}, [y])
+    names = [r.name for r in exe.pass_log]
+    assert names.index("fold_views") == names.index("constant_folding") + 1
+    record = exe.pass_log[names.index("fold_views")]
+    assert record.ops_after == record.ops_before - 2  # both reshapes gone
+    assert [o.op.name for o in exe.program.graph.ops] == ["placeholder", "exp"]
