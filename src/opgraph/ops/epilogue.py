@@ -64,9 +64,16 @@ def _rule(a: MatmulEpilogueAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     return TensorType(x.shape[:-1] + (n,), dt)
 
 
-@functools.cache
 def _lt_relu_keeps_nan(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the cuBLASLt relu epilogue keeps NaN as ``torch.relu`` does (probed once per device and dtype)."""
+    """Whether the cuBLASLt relu epilogue keeps NaN as ``torch.relu`` does (probed once per device and dtype; not
+    while a CUDA graph is being captured, where the answer is no: the relu then runs apart)."""
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    return _probe_lt_relu_nan(device, dtype)
+
+
+@functools.cache
+def _probe_lt_relu_nan(device: torch.device, dtype: torch.dtype) -> bool:
     x = torch.zeros(16, 16, device=device, dtype=dtype)
     x[0, 0] = float("nan")
     y = torch._addmm_activation(torch.zeros(16, device=device, dtype=dtype), x, torch.ones_like(x))
