@@ -1,8 +1,8 @@
 """View chains folded: a reshape of a reshape (or of a squeeze or expand_dims) reads the first one's input, a
 transpose of a transpose is one transpose, and a reshape to its input's own static shape or a transpose by the
 identity is its input. AOTAutograd's graphs are full of such chains (``view`` of a ``view`` back to the shape it
-started from, the gradient of a permute of a permute); on the CPU each link is a PyTorch call, and on CUDA a
-chain a region cannot read through as one view ends the region early.
+started from, the gradient of a permute of a permute). Each link is a PyTorch call on the CPU and outside CUDA
+graphs, and a graph without them is shorter to read, print and verify.
 
 A folded op keeps its name; the links it skipped stay while something else reads them (``dead_code_elimination``
 removes the rest). An op whose result is a program output is never replaced by its input (the result would alias
