@@ -2,7 +2,7 @@
 and Inductor: torch.profiler's CUDA kernels of three steps, grouped by name, per step (models of ``opgraph
 bench``); with ``--inference``, of three inference calls under ``torch.inference_mode()`` instead.
 ``--aten-ops`` adds an opgraph run without CUDA graphs that names the ATen ops (with their input shapes) behind
-the kernels, to trace them to the graph ops that launch them.
+the kernels and the graph op that called each (``profile_ops``).
 
     python benchmarks/profile_backend.py --models resnet50:64,bert:32 --backends eager,inductor,opgraph
     python benchmarks/profile_backend.py --inference --models vit_b_16:1,vit_b_16:8 --backends eager,inductor,opgraph
@@ -64,16 +64,28 @@ def aten_ops(title: str, step: Callable[[], None], top: int) -> None:
         return float(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0))
 
     # microseconds are floats, which Counter's stubs do not count: nlargest ranks them as most_common would
-    total: collections.defaultdict[tuple[str, str], float] = collections.defaultdict(float)
-    count: collections.Counter[tuple[str, str]] = collections.Counter()
+    total: collections.defaultdict[tuple[str, str, str], float] = collections.defaultdict(float)
+    count: collections.Counter[tuple[str, str, str]] = collections.Counter()
     for e in prof.events():
         if e.name.startswith("aten::") and device_us(e):
-            key = (e.name, str(e.input_shapes)[:70])
+            key = (graph_op(e), e.name, str(e.input_shapes)[:60])
             total[key] += device_us(e) / 3
             count[key] += 1
-    print(f"== {title}: ATen ops by device time/step (CUDA graphs off)")
+    print(f"== {title}: ATen ops by device time/step, with the graph op that called them (CUDA graphs off)")
     for key, us in heapq.nlargest(top, total.items(), key=lambda item: item[1]):
-        print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:28s} {key[1]}")
+        print(f"  {us / 1e3:8.3f} ms  x{count[key] // 3:4d}  {key[0]:24s} {key[1]:28s} {key[2]}")
+
+
+def graph_op(event: object) -> str:
+    """The kind of the opgraph op whose profiler range (``CompilationDescriptor(profile_ops=True)``) holds an ATen
+    event, or "-" outside any (PyTorch's own calls around the executables)."""
+    parent = getattr(event, "cpu_parent", None)
+    while parent is not None:
+        name = str(getattr(parent, "name", ""))
+        if " %" in name and not name.startswith("aten::"):
+            return name.split(" %", 1)[0]
+        parent = getattr(parent, "cpu_parent", None)
+    return "-"
 
 
 def training_step(run: Callable[..., torch.Tensor], model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -132,6 +144,7 @@ def main() -> None:
                 x = x.contiguous(memory_format=torch.channels_last)
             run = model if backend == "eager" else torch.compile(model) if backend == "inductor" else \
                 torch.compile(model, backend="opgraph", options={"cuda_graphs": backend == "opgraph",
+                                                                 "profile_ops": backend == "opgraph-ops",
                                                                  **dict(args.option)})
             step = inference_call(run, x, args.dtype) if args.inference else training_step(run, model, x, y, args.dtype)
             title = f"{name} batch {batch} {args.dtype} {'inference ' if args.inference else ''}{backend}"

@@ -200,3 +200,23 @@ def test_split_statistics_references_match_the_regions_on_the_cpu() -> None:
         assert len(got) == len(want) == len(scale) == (3 if region == "statistics" else 2)
         for g, w, k in zip(got, want, scale, strict=True):
             assert module["relative"](g, w, k) < 1e-5
+
+
+def test_profile_backend_names_the_graph_op_behind_each_aten_op() -> None:
+    """``profile_backend.py --aten-ops`` groups ATen ops by the graph op whose profiler range holds them
+    (``CompilationDescriptor(profile_ops=True)``); checked with the CPU profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import opgraph as og
+
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "profile_backend.py"))
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    y = g.reduce_sum(g.exp(x, name="e"), [1], name="s")
+    exe = g.compile({x: x.type}, [y], device="cpu", descriptor=og.CompilationDescriptor(profile_ops=True))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        exe.run([torch.randn(4, 8)])
+        torch.ones(3).add_(1)  # outside any executable
+    kinds = {e.name: module["graph_op"](e) for e in prof.events() if e.name.startswith("aten::")}
+    assert kinds["aten::exp"] == "exp" and kinds["aten::sum"] == "reduce_sum" and kinds["aten::add_"] == "-"

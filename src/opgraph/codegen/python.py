@@ -54,6 +54,9 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
     """
     names: dict[int, str] = {}
     bound: dict[str, Any] = {"S": state}
+    profiled = bool(getattr(options, "profile_ops", False))
+    if profiled:
+        bound["_range"] = torch.profiler.record_function
     last_use: dict[int, int] = {}
     ops = program.graph.ops
     for i, op in enumerate(ops):
@@ -146,7 +149,11 @@ def generate(program: Program, device: torch.device, state: dict[str, torch.Tens
                 line = f"{outs[0]} = {call}"
             else:
                 line = f"{', '.join(outs)} = {call}"
-        body.append("    " + line)
+        if profiled:  # the op's PyTorch calls nest under its name in a profile
+            body.append(f"    with _range({f'{op.op.name} %{op.name}'!r}):")
+            body.append("        " + line)
+        else:
+            body.append("    " + line)
         line_ops[len(body) + 1] = op
         # what this op read last goes now, as eager autograd frees it, unless an output took over its name
         taken = {names.get(id(t)) for t in op.outputs}

@@ -67,6 +67,9 @@ class CompilationDescriptor:
     (default): on CUDA, those of 16- and 32-bit inputs (ResNet-50 training steps on an H200: bfloat16 autocast
     26.65 against 30.01 ms, seventh session; float32 34.92 against 38.89 ms, eleventh, once split statistics
     kernels were compiled without FMA contraction; ``benchmarks/RESULTS.md``); ``False``: none.
+    ``profile_ops``: each op's call runs inside a ``torch.profiler.record_function`` named ``"<op> %<name>"``, so
+    a profile shows which graph op launched each PyTorch op and kernel (``benchmarks/profile_backend.py
+    --aten-ops``). A few microseconds per op on the host; off by default.
     """
 
     optimization_level: int = 1
@@ -80,6 +83,7 @@ class CompilationDescriptor:
     channels_last: bool | None = None
     channels_last_inputs: tuple[int, ...] = ()
     batch_norm_regions: bool | None = None
+    profile_ops: bool = False
 
     def __post_init__(self) -> None:
         if self.optimization_level not in (0, 1):

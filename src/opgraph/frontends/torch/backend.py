@@ -43,6 +43,7 @@ class TorchOptions:
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
     channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
     batch_norm_regions: bool | None = None  # batch norm in generated kernels, not cuDNN's (None: up to 32-bit on CUDA)
+    profile_ops: bool = False  # each graph op's calls inside a profiler range named after it (see the descriptor)
 
     @staticmethod
     def of(options: Any) -> TorchOptions:
@@ -63,7 +64,8 @@ class TorchOptions:
         return CompilationDescriptor(optimization_level=self.optimization_level, check_indices=self.check_indices,
                                      cuda_graphs=self.cuda_graphs, fusion=self.fusion,
                                      triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues,
-                                     channels_last=self.channels_last, batch_norm_regions=self.batch_norm_regions)
+                                     channels_last=self.channels_last, batch_norm_regions=self.batch_norm_regions,
+                                     profile_ops=self.profile_ops)
 
 
 @dataclass
