@@ -20,7 +20,7 @@ is checked against ``eager`` first. Each time is the median over ``--repeats`` o
 ``--iters`` calls (synchronised before and after), variants interleaved in a rotating order; ratios
 are the medians of the per-repeat ratios against ``eager`` (< 1: faster).
 
-    python benchmarks/epilogue.py                          # CUDA when present, else CPU (60 cases)
+    python benchmarks/epilogue.py                          # CUDA when present, else CPU (120 cases)
     python benchmarks/epilogue.py --dtype bfloat16 --json bf16.json   # one dtype: fewer torch.compile builds
     python benchmarks/epilogue.py --device cpu --quick --json /tmp/epilogue.json
     python benchmarks/epilogue.py --dtype float32 --activation none --shape 1576,3072,768 --shape 8192,768,768
