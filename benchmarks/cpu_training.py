@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the models at opgraph bench's full sizes (BERT-base, not its small stand-in config)")
     p.add_argument("--batch", type=int, default=None, help="training batch (default: the model's, quick or full)")
     args = p.parse_args(argv)
+    if args.batch is not None and args.batch < 1:
+        p.error(f"--batch must be at least 1, got {args.batch}")
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
         p.error(f"unknown models {unknown}: choose from {sorted(MODELS)}")
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         m = MODELS[name]
         size, batch = m.sizes(not args.full)
-        batch = args.batch or batch
+        batch = args.batch if args.batch is not None else batch
         for dtype in args.dtypes.split(","):
             torch.manual_seed(0)
             model = without_dropout(m.build(not args.full)).train()

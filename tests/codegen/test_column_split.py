@@ -239,6 +239,7 @@ def test_tuning_spin_doubles_while_the_host_outlasts_it(monkeypatch: pytest.Monk
     """``_device_ms`` (CUDA replaced by fakes): the timed launches must be queued before the spin ahead of them
     ends, else the events would time the host; a slower host gets a spin twice as long, up to four times."""
     from opgraph.codegen.triton import kernel as kmod
+    from opgraph.core import device_timing as timing
 
     spins: list[int] = []
     host_ms = {"per_launch": 0.0}
@@ -261,12 +262,12 @@ def test_tuning_spin_doubles_while_the_host_outlasts_it(monkeypatch: pytest.Monk
     def launch(*inputs: object) -> None:
         clock["now"] += host_ms["per_launch"] / 1e3
 
-    monkeypatch.setattr(kmod.torch.cuda, "Event", Event)
-    monkeypatch.setattr(kmod.torch.cuda, "_sleep", spins.append)
-    monkeypatch.setattr(kmod.time, "perf_counter", lambda: clock["now"])
-    base = kmod.TUNE_HEAD_START_CYCLES
-    spin_ms = base / kmod.SPIN_CYCLES_PER_MS
-    for per_launch, want in ((0.0, [base]), (spin_ms / kmod.TUNE_LAUNCHES * 1.5, [base, 2 * base]),
+    monkeypatch.setattr(timing.torch.cuda, "Event", Event)
+    monkeypatch.setattr(timing.torch.cuda, "_sleep", spins.append)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["now"])
+    base = timing.TUNE_HEAD_START_CYCLES
+    spin_ms = base / timing.SPIN_CYCLES_PER_MS
+    for per_launch, want in ((0.0, [base]), (spin_ms / timing.TUNE_LAUNCHES * 1.5, [base, 2 * base]),
                              (spin_ms * 10, [base, 2 * base, 4 * base])):
         spins.clear()
         host_ms["per_launch"] = per_launch

@@ -269,7 +269,8 @@ def test_tuning_picks_by_device_time_not_launch_rate() -> None:
     timed back to back from the host, configurations whose device times differ several-fold looked alike, and a
     ResNet-50 step kept slow ones (RESULTS.md, eighth session). Each candidate, the default included, is re-timed
     here with its launches queued behind a spinning kernel; the tuned one must be within 1.5x of the fastest."""
-    from opgraph.codegen.triton.kernel import TUNE_HEAD_START_CYCLES, region_kernel, region_of
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.core.device_timing import TUNE_HEAD_START_CYCLES
 
     g = og.Graph()
     x = g.placeholder((128 * 14 * 14, 256), og.bfloat16)

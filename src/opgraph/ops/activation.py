@@ -7,7 +7,6 @@ They are single ops with PyTorch lowerings (one fused kernel each); composites s
 from __future__ import annotations
 
 import enum
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..core.device_timing import device_probe
 from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError
 from ..core.types import TensorType
@@ -150,17 +150,11 @@ def _gelu_rule(a: GeluAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     return _float_rule(a, ins)
 
 
+@device_probe
 def _gelu_keeps_inf(device_type: str, dtype: torch.dtype) -> bool:
     """Whether PyTorch's erf GELU gives +inf at +inf on this kind of device (probed once per device type and
     dtype): CUDA's kernel computes ``x * 0.5 * (1 + erf(x / sqrt 2))``, which does; the CPU's vectorised erf gives
-    NaN there. Not probed while a CUDA graph is being captured (a probe reads its result on the host): mended."""
-    if device_type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return False
-    return _probe_gelu_at_inf(device_type, dtype)
-
-
-@functools.cache
-def _probe_gelu_at_inf(device_type: str, dtype: torch.dtype) -> bool:
+    NaN there. While a CUDA graph is being captured the answer is no: mended."""
     x = torch.full((64,), math.inf, device=device_type, dtype=dtype)  # vector width: the CPU's vectorised path
     return bool((F.gelu(x) == math.inf).all())
 

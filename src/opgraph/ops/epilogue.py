@@ -8,13 +8,13 @@ unless ``torch._addmm_activation`` computes exactly the same function on the dev
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ..core.device_timing import device_ms, device_probe
 from ..core.dtype import FLOAT_DTYPES
 from ..core.errors import AttributeValueError, ShapeError
 from ..core.types import TensorType
@@ -64,61 +64,35 @@ def _rule(a: MatmulEpilogueAttrs, ins: tuple[TensorType, ...]) -> TensorType:
     return TensorType(x.shape[:-1] + (n,), dt)
 
 
+@device_probe
 def _lt_relu_keeps_nan(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the cuBLASLt relu epilogue keeps NaN as ``torch.relu`` does (probed once per device and dtype; not
     while a CUDA graph is being captured, where the answer is no: the relu then runs apart)."""
-    if torch.cuda.is_current_stream_capturing():
-        return False
-    return _probe_lt_relu_nan(device, dtype)
-
-
-@functools.cache
-def _probe_lt_relu_nan(device: torch.device, dtype: torch.dtype) -> bool:
     x = torch.zeros(16, 16, device=device, dtype=dtype)
     x[0, 0] = float("nan")
     y = torch._addmm_activation(torch.zeros(16, device=device, dtype=dtype), x, torch.ones_like(x))
     return bool(torch.isnan(y[0]).all())
 
 
+@device_probe
 def lt_bias_costs_more(m: int, k: int, n: int, dtype: torch.dtype, relu: bool = False) -> bool:
     """Whether ``addmm`` (cuBLASLt's bias epilogue; ``_addmm_activation`` with ``relu``, its RELU_BIAS one) takes
     at least 10% longer on the current CUDA device than the plain GEMM and a separate bias add (and relu), for
-    ``(m, k) @ (k, n)`` with the weight read transposed as ``nn.Linear`` stores it; timed once per shape. Its
-    float32 heuristics pick a slower kernel for some shapes (an H200 at 197x3072->768: 0.094 ms against 0.043 ms
-    apart; RESULTS.md, thirteenth session). Not timed while a CUDA graph is being captured: the epilogue stays."""
-    if torch.cuda.is_current_stream_capturing():
-        return False
-    return _time_lt_bias(m, k, n, dtype, relu)
-
-
-@functools.cache
-def _time_lt_bias(m: int, k: int, n: int, dtype: torch.dtype, relu: bool) -> bool:
+    ``(m, k) @ (k, n)`` with the weight read transposed as ``nn.Linear`` stores it; timed once per shape, as the
+    kernel tuner times (``core.device_timing``). Its float32 heuristics pick a slower kernel for some shapes (an
+    H200 at 197x3072->768: 0.094 ms against 0.043 ms apart; RESULTS.md, thirteenth session). Not timed while a
+    CUDA graph is being captured: the epilogue stays."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
     w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen).t()
     b = torch.randn(n, device="cuda", dtype=dtype, generator=gen)
     if relu:
-        fused, apart = _median_ms(lambda: torch._addmm_activation(b, x, w), lambda: torch.mm(x, w).add_(b).relu_())
+        fused, apart = (lambda: torch._addmm_activation(b, x, w)), (lambda: torch.mm(x, w).add_(b).relu_())
     else:
-        fused, apart = _median_ms(lambda: torch.addmm(b, x, w), lambda: torch.mm(x, w).add_(b))
-    return apart < 0.9 * fused
-
-
-def _median_ms(*calls: Callable[[], object], repeats: int = 5, each: int = 3) -> list[float]:
-    """The median time of each call (ms; ``each`` calls per timed sample, the calls' samples interleaved)."""
-    for call in calls:
-        call(), call()  # warm-up: cuBLAS picks and loads its kernel
-    samples: list[list[float]] = [[] for _ in calls]
-    for _ in range(repeats):
-        for call, times in zip(calls, samples, strict=True):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(each):
-                call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / each)
-    return [sorted(t)[len(t) // 2] for t in samples]
+        fused, apart = (lambda: torch.addmm(b, x, w)), (lambda: torch.mm(x, w).add_(b))
+    fused(), apart()  # cuBLAS picks and loads its kernels
+    times = {f: sorted(device_ms(f) for _ in range(3))[1] for f in (fused, apart)}  # the median of three
+    return times[apart] < 0.9 * times[fused]
 
 
 def _activation(a: EpilogueActivation, ctx: LowerContext) -> Callable[[torch.Tensor], torch.Tensor] | None:

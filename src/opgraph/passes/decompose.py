@@ -241,7 +241,7 @@ def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | N
     hit = b.op(ew.EQUAL, [coord, indices], part="hit")
     if dt.signed:  # a negative index counts from the end: compared with the coordinate less the size (per element,
         # from the one tied coordinate: a wrap of the small index tensor, or a second tie, would be a region of its own)
-        back = b.op(ew.SUBTRACT, [coord, b.constant(torch.tensor(size, dtype=dt.torch_dtype), "size")], part="from_end")
+        back = b.op(ew.SUBTRACT, [coord, b.scalar(size, dt)], part="from_end")
         hit = b.op(ew.LOGICAL_OR, [hit, b.op(ew.EQUAL, [back, indices], part="hit_from_end")], part="hit_either")
     if fill is not None and (a.mode is ScatterMode.SET or fill == 0):
         return [b.op(ew.SELECT, [hit, updates, b.scalar(fill, data.dtype)], last=True)]

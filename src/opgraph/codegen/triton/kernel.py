@@ -18,7 +18,6 @@ import re
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ...core.device_timing import device_ms
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
@@ -37,11 +37,6 @@ from .region import Config, RegionEmitter, candidate_configs
 
 DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
-TUNE_LAUNCHES = 5
-# a spinning kernel (~1.5 ms) ahead of the timed launches, so that they queue while the GPU is busy: timed
-# back to back from the host, kernels under ~60 us measured Python's launch rate, not themselves
-TUNE_HEAD_START_CYCLES = 3_000_000
-SPIN_CYCLES_PER_MS = 2_000_000  # the H200's SMs run at up to 1.98 GHz: a spin lasts at least cycles / this ms
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -310,23 +305,8 @@ def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.T
 
 
 def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
-    """Device time of ``TUNE_LAUNCHES`` launches queued behind a spinning kernel. Should the host take longer
-    to queue them than the spin lasts (a GC pause, a busy process), the GPU waited on it: timed again with a
-    spin twice as long, up to twice."""
-    cycles = TUNE_HEAD_START_CYCLES
-    while True:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        torch.cuda._sleep(cycles)
-        start.record()
-        for _ in range(TUNE_LAUNCHES):
-            k(*inputs)
-        end.record()
-        queued_ms = (time.perf_counter() - t0) * 1e3
-        end.synchronize()
-        if queued_ms < cycles / SPIN_CYCLES_PER_MS or cycles >= 4 * TUNE_HEAD_START_CYCLES:
-            return float(start.elapsed_time(end))
-        cycles *= 2
+    """Device time of ``TUNE_LAUNCHES`` launches of ``k`` queued behind a spinning kernel (``core.device_timing``)."""
+    return device_ms(lambda: k(*inputs))
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
