@@ -6,8 +6,10 @@ For each ``--regions`` x ``--dtypes`` x ``--shapes`` on (``--batch``, S, S, C) c
 region is emitted with every configuration worth trying. ``statistics``: a decomposed batch norm's sums
 (16-bit data cast to float32, shifted by each channel's first element), then mean, variance and scale.
 ``backward``: the incoming gradient plus a residual gradient, masked by the ReLU (zero where y <= 0), and its
-two sums against x - mean. Configurations: the region's own ``candidate_configs`` (the first is the default,
-what runs untuned), then a grid of column tiles (``--tiles`` xblock x rblock, ``--warps``) split as
+two sums against x - mean. ``sums``: one column sum of each ``--matrices`` (R, C) matrix, as a bias or
+layer-norm gradient alone (16-bit data cast to float32), timed against PyTorch's own ``sum`` over the rows in the
+same run. Configurations: the region's own ``candidate_configs`` (the first is the default, what runs untuned),
+then a grid of column tiles (``--tiles`` xblock x rblock, ``--warps``) split as
 ``configs.column_split`` splits them for about ``--per-sm`` programs a multiprocessor.
 
 Times are device time with a cold L2 (``benchmarks/fusion.py``'s ``measure``, the median of ``--repeats``).
@@ -16,13 +18,16 @@ the gradient, the residual gradient and x read, the masked gradient written).
 
     python benchmarks/column_reductions.py --batch 128 --shapes 64x56,512x28 --dtypes float32,bfloat16 --top 5
     python benchmarks/column_reductions.py --dtypes float32 --tiles 64x64,64x128,128x64 --warps 4,8 --per-sm 2,4,8
+    python benchmarks/column_reductions.py --regions sums --matrices 8192x768,8192x3072,128x4096 --dtypes float32
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,8 +47,9 @@ sys.modules[_spec.name] = fusion
 _spec.loader.exec_module(fusion)
 
 DTYPES = {"float32": og.float32, "bfloat16": og.bfloat16}
-REGIONS = ("statistics", "backward")
-PASSES = {"statistics": 1, "backward": 5}  # activation-sized passes over memory a region cannot do with fewer
+REGIONS = ("statistics", "backward", "sums")
+# activation-sized passes over memory a region cannot do with fewer
+PASSES = {"statistics": 1, "backward": 5, "sums": 1}
 
 
 if TYPE_CHECKING:  # mypy sees benchmarks/fusion.py as the top-level module ``fusion``
@@ -52,9 +58,10 @@ else:
     Region = fusion.RegionCase
 
 
-def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device: str) -> Region:
-    """The ``region`` of a batch norm over NHWC ``shape`` in ``dtype``, and random inputs on ``device``."""
-    c, rows = shape[-1], shape[0] * shape[1] * shape[2]
+def build(region: str, shape: tuple[int, ...], dtype: og.DType, device: str) -> Region:
+    """The ``region`` of a batch norm over NHWC ``shape`` (``sums``: of an (R, C) matrix) in ``dtype``, and random
+    inputs on ``device``."""
+    c, rows = shape[-1], math.prod(shape[:-1])
     gen = torch.Generator(device=device).manual_seed(rows * c)
 
     def rand(*size: int, offset: float = 0.0) -> torch.Tensor:
@@ -64,7 +71,9 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
     x = g.placeholder(shape, dtype, name="x")
     xv = rand(*shape, offset=3.0)
     xf = g.cast(x, og.float32) if dtype is not og.float32 else x
-    if region == "statistics":  # as passes/decompose.py writes them: shifted sums, then the constants
+    if region == "sums":
+        outputs, values = [g.reduce_sum(xf, [0])], {id(x): xv}
+    elif region == "statistics":  # as passes/decompose.py writes them: shifted sums, then the constants
         gamma = g.placeholder((c,), og.float32, name="gamma")
         shift = g.slice(xf, [0, 0, 0, 0], [1, 1, 1, c], [1, 1, 1, 1])
         d = xf - shift
@@ -83,6 +92,12 @@ def build(region: str, shape: tuple[int, int, int, int], dtype: og.DType, device
         values = {id(y): rand(*shape), id(gy): rand(*shape), id(gr): rand(*shape), id(x): xv,
                   id(m): torch.rand(c, device=device, generator=gen)}
     return fusion.region_case(outputs, values, device, PASSES[region] * xv.numel() * xv.element_size())
+
+
+def aten_sum(r: Region) -> Callable[[], torch.Tensor]:
+    """PyTorch's column sum of a ``sums`` region's matrix (float32 accumulation and result, as the region's)."""
+    x = r.feed[0]
+    return lambda: torch.sum(x, 0, dtype=torch.float32)
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,10 @@ def _tiles(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(tiles)
 
 
+def _matrices(text: str) -> list[tuple[int, int]]:
+    return fusion.int_pairs(text, "RxC pairs such as 8192x768")
+
+
 def agrees(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
     """Same outputs as the default configuration's, up to the order of float32 summation."""
     return all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3) for a, b in zip(got, want, strict=True))
@@ -131,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=128, help="images a batch")
     p.add_argument("--shapes", type=fusion.channel_shapes, default=[(64, 56), (512, 28)],
                    help="CxS pairs: C channels of S x S (comma-separated)")
+    p.add_argument("--matrices", type=_matrices, default=[(8192, 768), (8192, 3072)],
+                   help="RxC matrices of the sums region: C columns of R rows (comma-separated)")
     p.add_argument("--dtypes", default="float32,bfloat16", help=f"of {', '.join(DTYPES)} (the activations' dtype)")
     p.add_argument("--regions", default=",".join(REGIONS), help=f"of {', '.join(REGIONS)}")
     p.add_argument("--top", type=int, default=5, help="configurations listed per case (fastest first)")
@@ -154,10 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[list[str]] = []
     for region in regions:
         for dtype in dtypes:
-            for c, s in shapes:
-                case = f"{region} {dtype} {args.batch}x{s}x{s}x{c}"
-                r = build(region, (args.batch, s, s, c), DTYPES[dtype], "cuda")
-                candidates, cfgs = configs(r, args.batch * s * s, c, sms, grid)
+            cases: list[tuple[int, ...]] = list(args.matrices) if region == "sums" else \
+                [(args.batch, s, s, c) for c, s in shapes]
+            for shape in cases:
+                rows, c = math.prod(shape[:-1]), shape[-1]
+                case = f"{region} {dtype} {'x'.join(map(str, shape))}"
+                r = build(region, shape, DTYPES[dtype], "cuda")
+                candidates, cfgs = configs(r, rows, c, sms, grid)
                 results: list[tuple[float, Config]] = []
                 want = region_kernel(r.ops, r.inputs, r.outputs, config=candidates[0])(*r.feed)
                 for cfg in cfgs:
@@ -180,11 +204,17 @@ def main(argv: list[str] | None = None) -> int:
                                    table), flush=True)
                 default = next((ms for ms, cfg in results if cfg == candidates[0]), None)
                 best = results[0] if results else None
+                aten = "-"
+                if region == "sums":
+                    ms = fusion.measure({"aten": aten_sum(r)}, dev, 2, args.repeats)["aten"]
+                    aten = f"{sorted(ms)[len(ms) // 2]:.4f}"
                 summary.append([case, f"{default:.4f}" if default is not None else "-",
                                 f"{best[0]:.4f}" if best else "-", describe(best[1]) if best else "-",
-                                f"{default / best[0]:.2f}" if default is not None and best else "-"])
+                                f"{default / best[0]:.2f}" if default is not None and best else "-", aten,
+                                f"{float(aten) / best[0]:.2f}" if best and aten != "-" else "-"])
     print()
-    print(format_table(["case", "default ms", "best ms", "best config", "default/best"], summary))
+    print(format_table(["case", "default ms", "best ms", "best config", "default/best", "ATen ms", "ATen/best"],
+                       summary))
     return 0
 
 

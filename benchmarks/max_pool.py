@@ -3,9 +3,11 @@ pool) and VGG16 (five 2x2 /2 pools): PyTorch's kernels (what eager and opgraph u
 (Inductor) and ``opgraph.kernels.max_pool``, against the device copy bandwidth measured in the same run.
 
 Times are device time with a cold L2 (``benchmarks/fusion.py``'s ``measure``, median of ``--repeats``), of the
-forward and the backward of a given gradient. ``of copy``: the bytes a step must move (x read, values and int64
-indices written; gradient and indices read, dx written) / time / copy bandwidth. opgraph's results are checked
-against PyTorch's (values, indices, dx) before timing.
+forward and the backward of a given gradient, and of the forward alone. ``int8``: opgraph's kernels storing each
+maximum's offset in its window in 8 bits (``local=True``) instead of PyTorch's int64 index, as Inductor stores its
+offsets. ``of copy``: the bytes a step must move (x read, values and int64 indices written; gradient and indices
+read, dx written) / time / copy bandwidth. opgraph's results are checked against PyTorch's (values, indices, dx)
+before timing.
 
     python benchmarks/max_pool.py
     python benchmarks/max_pool.py --dtypes bfloat16 --cases resnet50
@@ -50,9 +52,12 @@ def steps(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> dict[s
         _, i = torch.ops.aten.max_pool2d_with_indices(x, [k, k], [s, s], [p, p])
         return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [k, k], [s, s], [p, p], [1, 1], False, i)
 
-    def opgraph() -> object:
-        _, i = max_pool.forward(x, window, out_hw)
-        return max_pool.backward(grad, i, (h, w), window)
+    def opgraph(local: bool) -> Callable[[], object]:
+        def step() -> object:
+            _, i = max_pool.forward(x, window, out_hw, torch.int8 if local else torch.int64, local)
+            return max_pool.backward(grad, i, (h, w), window, local)
+
+        return step
 
     leaf = x.detach().requires_grad_()
     torch._dynamo.reset()  # each case compiled for its own static shapes (no automatic dynamic shapes)
@@ -63,7 +68,10 @@ def steps(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> dict[s
         compiled(leaf).backward(grad)
         return leaf.grad
 
-    return {"eager": eager, "inductor": inductor, "opgraph": opgraph}
+    return {"eager": eager, "inductor": inductor, "opgraph": opgraph(False), "int8": opgraph(True),
+            "inductor fwd": lambda: compiled(leaf),  # its forward graph alone (offsets stored for a backward)
+            "opgraph fwd": lambda: max_pool.forward(x, window, out_hw),
+            "int8 fwd": lambda: max_pool.forward(x, window, out_hw, torch.int8, True)}
 
 
 def check(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> bool:
@@ -73,7 +81,10 @@ def check(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> bool:
     window = ((k, k), (s, s), (p, p), (1, 1))
     ov, oi = max_pool.forward(x, window, (v.shape[2], v.shape[3]))
     odx = max_pool.backward(grad, oi, (x.shape[2], x.shape[3]), window)
-    return torch.equal(ov, v) and torch.equal(oi, i) and torch.allclose(odx.float(), dx.float(), rtol=1e-2, atol=1e-2)
+    lv, li = max_pool.forward(x, window, (v.shape[2], v.shape[3]), torch.int8, True)
+    ldx = max_pool.backward(grad, li, (x.shape[2], x.shape[3]), window, True)
+    return torch.equal(ov, v) and torch.equal(oi, i) and torch.equal(lv, v) and torch.equal(ldx, odx) and \
+        torch.allclose(odx.float(), dx.float(), rtol=1e-2, atol=1e-2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,12 +112,15 @@ def main(argv: list[str] | None = None) -> int:
                 ms = {b: statistics.median(v) for b, v in times.items()}
                 moved = 2 * x.numel() * x.element_size() + 2 * grad.numel() * (grad.element_size() + 8)
                 rows.append([f"{case} {'x'.join(map(str, shape))}", name, f"{ms['eager']:.3f}",
-                             f"{ms['inductor']:.3f}", f"{ms['opgraph']:.3f}",
+                             f"{ms['inductor']:.3f}", f"{ms['opgraph']:.3f}", f"{ms['int8']:.3f}",
                              f"{moved / ms['opgraph'] / 1e6 / copy:.2f}", f"{ms['eager'] / ms['opgraph']:.2f}",
-                             f"{ms['inductor'] / ms['opgraph']:.2f}", "ok" if ok else "FAIL"])
+                             f"{ms['inductor'] / ms['opgraph']:.2f}", f"{ms['inductor'] / ms['int8']:.2f}",
+                             f"{ms['inductor fwd']:.3f}", f"{ms['opgraph fwd']:.3f}", f"{ms['int8 fwd']:.3f}",
+                             "ok" if ok else "FAIL"])
                 print(f"  {rows[-1][0]} {name}: done", file=sys.stderr, flush=True)
-    print(format_table(["shape (NCHW)", "dtype", "eager ms", "inductor ms", "opgraph ms", "of copy", "vs eager",
-                        "vs inductor", "check"], rows))
+    print(format_table(["shape (NCHW)", "dtype", "eager ms", "inductor ms", "opgraph ms", "int8 ms", "of copy",
+                        "vs eager", "vs inductor", "int8 vs inductor", "inductor fwd", "opgraph fwd", "int8 fwd",
+                        "check"], rows))
     return 1 if failed else 0
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 import opgraph as og  # noqa: E402
 from opgraph.codegen.triton.fused import can_emit, can_fuse, reduced_axes  # noqa: E402
 from opgraph.ir.graph import GraphCore, Tensor  # noqa: E402
-from opgraph.passes.fuse import FUSED_REGION, MAX_REGION_OPS, fuse_regions  # noqa: E402
+from opgraph.passes.fuse import FUSED_REGION, LONE_COLUMN_MIN, MAX_REGION_OPS, fuse_regions  # noqa: E402
 from opgraph.passes.program import Program  # noqa: E402
 
 FUSED = og.CompilationDescriptor(fusion=True, triton_interpret=True, verify_each_pass=True)
@@ -206,6 +206,23 @@ def test_a_lone_normalisation_is_worth_a_kernel(op: str) -> None:
     assert text(fuse(g, [x], [g.tensor("n")])) == golden(f"""
         %x: float32(4, 8) = placeholder()
         %fused_region_1: float32(4, 8) = fused_region(%x) [{op} -> 0]""")
+
+
+def test_a_long_lone_column_reduction_is_worth_a_kernel() -> None:
+    """A bias gradient's column sum (through a view) gets a split column kernel once its input is large; a short
+    one, and a row sum of the same size, stay with PyTorch."""
+    rows = LONE_COLUMN_MIN // 128
+    g = og.Graph()
+    x = g.placeholder((rows // 64, 64, 128), og.float32, name="x")
+    g.reduce_sum(g.reshape(x, [rows, 128], name="r"), 0, keepdims=True, name="s")
+    assert text(fuse(g, [x], [g.tensor("s")])) == golden(f"""
+        %x: float32({rows // 64}, 64, 128) = placeholder()
+        %fused_region_1: float32(1, 128) = fused_region(%x) [reshape reduce_sum -> 1]""")
+    for shape, axis in (((rows // 2, 128), 0), ((128, rows), 1)):  # too small; a row sum
+        g = og.Graph()
+        x = g.placeholder(shape, og.float32, name="x")
+        g.reduce_sum(x, axis, name="s")
+        assert "fused_region" not in text(fuse(g, [x], [g.tensor("s")]))
 
 
 def test_views_at_a_region_end_stay_outside() -> None:

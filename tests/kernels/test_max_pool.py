@@ -59,6 +59,30 @@ def test_forward_and_backward_match_pytorch(window: str, dtype: torch.dtype, spe
     torch.testing.assert_close(got_dx.double(), want_dx, **tol)
 
 
+@pytest.mark.parametrize("special", [False, True], ids=["ties", "nan-inf"])
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_window_offsets_name_pytorchs_maximum(window: str, special: bool) -> None:
+    """``local``: the index is the offset in the window (int8), the same element as PyTorch's ``h * W + w``
+    (decoded here independently), and the backward from it equals PyTorch's."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = win = WINDOWS[window]
+    x = _case((2, 70, 7, 6), torch.float32, special, seed=len(window))
+    oh, ow = _out(7, kh, sh, ph, dh), _out(6, kw, sw, pw, dw)
+    want_v, want_i = torch.ops.aten.max_pool2d_with_indices(x, [kh, kw], [sh, sw], [ph, pw], [dh, dw])
+    starts_h = (torch.arange(oh) * sh - ph).view(1, 1, oh, 1)
+    starts_w = (torch.arange(ow) * sw - pw).view(1, 1, 1, ow)
+    want_local = ((want_i // 6 - starts_h) // dh) * kw + (want_i % 6 - starts_w) // dw
+    got_v, got_i = max_pool.forward(x.contiguous(memory_format=torch.channels_last), win, (oh, ow), torch.int8,
+                                    local=True)
+    assert got_i.dtype == torch.int8
+    torch.testing.assert_close(got_v, want_v, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got_i.long(), want_local), (got_i.long() != want_local).nonzero()[:5]
+    grad = torch.randn(want_v.shape, generator=torch.Generator().manual_seed(3))
+    want_dx = torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [kh, kw], [sh, sw], [ph, pw], [dh, dw],
+                                                              False, want_i)
+    got_dx = max_pool.backward(grad.contiguous(memory_format=torch.channels_last), got_i, (7, 6), win, local=True)
+    torch.testing.assert_close(got_dx, want_dx, rtol=1e-6, atol=1e-6)
+
+
 def test_a_later_nan_replaces_an_earlier_one() -> None:
     """PyTorch's rule: a NaN wins, and each later NaN of the window takes its place (also beside -inf)."""
     x = torch.zeros(1, 2, 4, 4)

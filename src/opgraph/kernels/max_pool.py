@@ -71,9 +71,10 @@ def _channels_last(shape: Sequence[int], dtype: torch.dtype, device: torch.devic
 
 
 def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
-            index_dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, torch.Tensor]:
+            index_dtype: torch.dtype = torch.int64, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(values, indices)`` of max pooling ``x`` (N, C, H, W) over ``window`` (kernel, stride, padding, dilation,
-    each (along H, along W)) into ``out_hw`` positions; both results stored channels-last.
+    each (along H, along W)) into ``out_hw`` positions; both results stored channels-last. An index is PyTorch's
+    ``h * W + w``, or with ``local`` the offset ``i * kW + j`` in the window (fits ``torch.int8`` up to 127).
 
     Under Triton's interpreter (``TRITON_INTERPRET=1``) on the CPU, or on a GPU:
 
@@ -81,6 +82,8 @@ def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
     >>> v, i = forward(x, ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2))
     >>> v.flatten().tolist(), i.flatten().tolist()
     ([5.0, 7.0, 13.0, 15.0], [5, 7, 13, 15])
+    >>> forward(x, ((2, 2), (2, 2), (0, 0), (1, 1)), (2, 2), torch.int8, local=True)[1].flatten().tolist()
+    [3, 3, 3, 3]
     """
     k = _load()
     n, c, h, w = x.shape
@@ -94,13 +97,15 @@ def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
         with _on(x):
             k["forward"][grid](x, values, indices, positions, c, h, w, oh, ow, *x.stride(), *values.stride(),
                                KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
-                               WIDE=x.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C, num_warps=4)
+                               WIDE=x.dtype == torch.float64, LOCAL=local, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C,
+                               num_warps=4)
     return values, indices
 
 
-def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], window: Window) -> torch.Tensor:
+def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], window: Window,
+             local: bool = False) -> torch.Tensor:
     """The gradient of max pooling with respect to its input (N, C, H, W), stored channels-last: each element gets
-    the sum of ``grad`` over the windows whose index in ``indices`` names it."""
+    the sum of ``grad`` over the windows whose index in ``indices`` (``forward``'s, ``local`` as there) names it."""
     k = _load()
     n, c, oh, ow = grad.shape
     h, w = in_hw
@@ -113,8 +118,8 @@ def backward(grad: torch.Tensor, indices: torch.Tensor, in_hw: tuple[int, int], 
         with _on(grad):
             k["backward"][grid](grad, indices, dx, positions, c, h, w, oh, ow, *grad.stride(), *indices.stride(),
                                 *dx.stride(), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw, RH=reach_h,
-                                RW=reach_w, WIDE=grad.dtype == torch.float64, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C,
-                                num_warps=4)
+                                RW=reach_w, WIDE=grad.dtype == torch.float64, LOCAL=local, BLOCK_P=BLOCK_P,
+                                BLOCK_C=BLOCK_C, num_warps=4)
     return dx
 
 

@@ -16,8 +16,8 @@ full-size value computed from a long column reduction's statistics starts a regi
 Each op is in one region; work is duplicated only where ``passes.recompute`` copied a cheap producer into its
 readers first (recomputing it costs less than writing it and reading it back), and where a few arithmetic ops on
 a smaller value (a per-channel product) merge into a larger region and compute per element there. Views at a region's
-end are left to PyTorch (free there), and a region needs two computing ops, or a normalisation (softmax,
-norms), to be worth a kernel.
+end are left to PyTorch (free there), and a region needs two computing ops, a normalisation (softmax, norms), or a
+long column reduction (a bias gradient) to be worth a kernel.
 
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
 (group_norm, softmax_cross_entropy, and batch_norm_training as ``CompilationDescriptor.batch_norm_regions``
@@ -43,6 +43,7 @@ from .program import Program
 from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
 MAX_REGION_OPS = 32  # keeps generated kernels within register budgets
+LONE_COLUMN_MIN = 1 << 20  # a column reduction of this many input elements is worth a kernel alone (see below)
 SHORT_COLUMN = 64  # a column reduction this short keeps its columns in registers (triton/configs.py reads it)
 SMALL_READ_RATIO = 16  # a value read outside a region this many times smaller than its largest seals nothing
 MAX_RECOMPUTED_SMALL_OPS = 4  # ops on a smaller value merged into a region compute once per element there
@@ -281,7 +282,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 outside_uses.add(id(t))
     bodies: dict[int, tuple[list[Operation], list[Tensor], list[Tensor]]] = {}
     for region in regions:
-        for part in _emittable_parts(_trim(region.ops, readers), readers, outside_uses, can_emit):
+        for part in _emittable_parts(_trim(region.ops, readers), readers, outside_uses, can_emit, reduced_axes):
             bodies[len(bodies)] = part
     in_fused = {id(o): r for r, (body, _, _) in bodies.items() for o in body}
     last = {id(body[-1]): r for r, (body, _, _) in bodies.items()}
@@ -355,14 +356,15 @@ def _io(body: list[Operation], readers: dict[int, list[Operation]], outside_uses
 
 
 def _emittable_parts(body: list[Operation], readers: dict[int, list[Operation]], outside_uses: set[int],
-                     can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None) -> list[Part]:
+                     can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None,
+                     reduced_axes: Callable[[Operation], tuple[int, ...]]) -> list[Part]:
     """The region as fused ops: whole when its kernel can be written, else split into the longest prefixes
     that can (an op no prefix can start stays unfused), so one unwritable op does not unfuse its neighbours."""
     parts: list[Part] = []
     rest = body
     while rest:
         for k in range(len(rest), 0, -1):
-            if not _worth_a_kernel(rest[:k]):
+            if not _worth_a_kernel(rest[:k], reduced_axes):
                 continue
             part = _io(rest[:k], readers, outside_uses)
             if can_emit is None or can_emit(*part):
@@ -384,12 +386,16 @@ def _views_of_inputs(outs: list[Tensor], ext: list[Tensor]) -> list[Tensor]:
     return views if len(views) < len(outs) else []
 
 
-def _worth_a_kernel(body: list[Operation]) -> bool:
+def _worth_a_kernel(body: list[Operation], reduced_axes: Callable[[Operation], tuple[int, ...]]) -> bool:
     """Two or more computing ops, or one normalisation (a reduction shaped like its input: softmax, norms),
-    whose generated kernel keeps the row in registers where PyTorch's makes several passes."""
+    whose generated kernel keeps the row in registers where PyTorch's makes several passes, or one long column
+    reduction of at least ``LONE_COLUMN_MIN`` elements (a bias or layer-norm gradient), which the generated
+    kernel splits across more programs than PyTorch's does (``benchmarks/column_reductions.py --regions sums``)."""
     computing = [o for o in body if o.op.fusion is not FusionKind.INJECTIVE]
-    return len(computing) >= 2 or any(o.op.fusion is FusionKind.REDUCTION and o.outputs[0].type == o.inputs[0].type
-                                      for o in computing)
+    return len(computing) >= 2 or any(o.op.fusion is FusionKind.REDUCTION and (
+        o.outputs[0].type == o.inputs[0].type
+        or (_column(o.inputs[0].shape, reduced_axes(o)) and (_numel(o.inputs[0]) or 0) >= LONE_COLUMN_MIN))
+        for o in computing)
 
 
 def _trim(body: list[Operation], readers: dict[int, list[Operation]]) -> list[Operation]:
