@@ -141,7 +141,8 @@ def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: 
     monkeypatch.setattr(max_pool, "ENABLED", True)
     for name in ("forward", "backward"):
         fn = getattr(max_pool, name)
-        monkeypatch.setattr(max_pool, name, lambda *a, _fn=fn, _n=name: (calls.append(_n), _fn(*a))[1])
+        monkeypatch.setattr(max_pool, name, lambda *a, _fn=fn, _n=name, **kw: (
+            calls.append(_n + (" offsets" if kw.get("local") else "")), _fn(*a, **kw))[1])
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
                           nn.Conv2d(16, 8, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
@@ -168,6 +169,10 @@ def _train_against_eager(monkeypatch: pytest.MonkeyPatch, device: str, options: 
 
 def test_a_channels_last_cnn_trains_through_them_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _train_against_eager(monkeypatch, "cpu", {"triton_interpret": True, "channels_last": True})
+    # a training step saves window offsets (capture_max_pool), not PyTorch's int64 index
+    assert "forward offsets" in calls and "backward offsets" in calls, calls
+    calls = _train_against_eager(monkeypatch, "cpu", {"triton_interpret": True, "channels_last": True,
+                                                      "capture_max_pool": False})
     assert "forward" in calls and "backward" in calls, calls
 
 
@@ -175,4 +180,4 @@ def test_a_channels_last_cnn_trains_through_them_in_the_interpreter(monkeypatch:
 def test_a_channels_last_cnn_trains_through_them_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """On CUDA the convolutions run NHWC by default, so the pool reads channels-last storage."""
     calls = _train_against_eager(monkeypatch, "cuda", {})
-    assert "forward" in calls and "backward" in calls, calls
+    assert "forward offsets" in calls and "backward offsets" in calls, calls

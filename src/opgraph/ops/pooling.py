@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..core.dtype import DType, as_dtype, int32, int64
+from ..core.dtype import DType, as_dtype, int8, int16, int32, int64
 from ..core.errors import AttributeValueError, OpgraphError, ShapeError
 from ..core.types import TensorType
 from ..ir.attrs import serializable
@@ -52,6 +52,7 @@ from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 Pairs = tuple[tuple[int, int], ...]
 INDEX_DTYPES = (int32, int64)
+SMALL_INDEX_DTYPES = (int8, int16)  # window offsets (LOCAL_FLATTEN modes) only
 
 
 @serializable
@@ -90,9 +91,17 @@ def _check_indices_fields(d: Any) -> None:
         dt = as_dtype(d.return_indices_data_type)
     except OpgraphError:
         dt = None
-    if dt not in INDEX_DTYPES:
-        raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type must be int32 or int64, "
-                                  f"got {d.return_indices_data_type!r}")
+    mode = d.return_indices_mode
+    small = dt in SMALL_INDEX_DTYPES and mode.is_local  # a window offset; a global index would overflow silently
+    if dt not in INDEX_DTYPES and not small:
+        raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type must be int32 or int64 (int8 or "
+                                  f"int16 for a LOCAL_FLATTEN mode), got {d.return_indices_data_type!r}")
+    if small and dt is not None:
+        kernel = window4(d)[0]
+        offsets = math.prod(kernel[4 - mode.flatten_dims:])
+        if offsets - 1 > (127 if dt is int8 else 32767):
+            raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type {dt.name} cannot hold the "
+                                      f"{offsets} offsets of the window")
     object.__setattr__(d, "return_indices_data_type", dt)
 
 

@@ -20,7 +20,8 @@ locate the element: the mode must span every dim in which the window has more th
 dim outside it is read at the window's start). ``max_pool*_gather`` reads the elements the indices
 name (0 where they name none): the adjoint of ``max_pool*_gradient``.
 
-Lowered to PyTorch's ``max_pool2d_with_indices`` and its backward where the 2-D geometry fits them
+Lowered to ``opgraph.kernels.max_pool`` (PyTorch's index or the window offset of NCHW 2-D windows, channels-last
+tensors on CUDA), else to PyTorch's ``max_pool2d_with_indices`` and its backward where the 2-D geometry fits them
 (symmetric padding of at most half the window, floor rounding), else to strided windows with an
 argmax and a ``scatter_add``.
 """
@@ -234,20 +235,28 @@ def _local_coords(plan: _Plan, local: torch.Tensor) -> list[torch.Tensor]:
     return coords
 
 
+def _kernel_modes(d: Descriptor) -> bool:
+    """``opgraph.kernels.max_pool`` computes these indices (NCHW 2-D windows: PyTorch's index, or the offset in
+    the window) where it takes the tensors (``use_kernels``)."""
+    return isinstance(d, Pooling2dDescriptor) and not d.data_layout.channels_last and \
+        d.return_indices_mode in (Mode.GLOBAL_FLATTEN_2D, Mode.LOCAL_FLATTEN_2D)
+
+
 def _return_indices_lower(ctx: LowerContext) -> Callable[..., Any]:
     d: Descriptor = ctx.attrs
     mode, dtype = d.return_indices_mode, d.return_indices_data_type.torch_dtype
     plans = _plans(d, ctx.device)
     cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
     torch_native = isinstance(d, Pooling2dDescriptor) and not cl and mode is Mode.GLOBAL_FLATTEN_2D
+    kernels = _kernel_modes(d)
     interpret = bool(getattr(ctx.options, "triton_interpret", False))
 
     def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         plan = plans(tuple(x.shape[-4:]))
         out_hw = (plan.geo.outs[2], plan.geo.outs[3])
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(
+        if kernels and plan.torch2d is not None and max_pool.use_kernels(
                 x, plan.torch2d, x.shape[0] * x.shape[1] * out_hw[0] * out_hw[1], interpret):
-            return max_pool.forward(x, plan.torch2d, out_hw, dtype)
+            return max_pool.forward(x, plan.torch2d, out_hw, dtype, local=mode is Mode.LOCAL_FLATTEN_2D)
         if plan.torch2d is not None:  # PyTorch's kernel, index h * W + w
             v, i = torch.ops.aten.max_pool2d_with_indices(x.permute(0, 3, 1, 2) if cl else x, *plan.torch2d)
             if torch_native:
@@ -355,15 +364,17 @@ def _gradient_lower(ctx: LowerContext) -> Callable[..., Any]:
     plans = _plans(d, ctx.device)
     cl = isinstance(d, Pooling2dDescriptor) and d.data_layout.channels_last
     torch_native = isinstance(d, Pooling2dDescriptor) and not cl and mode is Mode.GLOBAL_FLATTEN_2D
+    kernels = _kernel_modes(d)
     cpu = ctx.device.type == "cpu"
     interpret = bool(getattr(ctx.options, "triton_interpret", False))
 
     def run(grad: torch.Tensor, idx: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
         shape = concrete_shape(out_t.shape if out_t.is_static else (a.output_shape or like[0].shape))
         plan = plans(shape[-4:])
-        if torch_native and plan.torch2d is not None and max_pool.use_kernels(
+        if kernels and plan.torch2d is not None and max_pool.use_kernels(
                 grad, plan.torch2d, math.prod(shape), interpret):
-            return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d)
+            return max_pool.backward(grad, idx, (shape[2], shape[3]), plan.torch2d,
+                                     local=mode is Mode.LOCAL_FLATTEN_2D)
         if plan.torch2d is not None:  # PyTorch's backward, from indices h * W + w
             h, w = (shape[1], shape[2]) if cl else (shape[2], shape[3])
             if torch_native:

@@ -205,6 +205,10 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
 
         stored = descriptor.channels_last_inputs
         passes.append(Pass("channels_last", lambda p: channels_last(p, stored)))
+    if fusing and descriptor.optimization_level >= 1:  # where the max-pool kernels run (after layout: NCHW only)
+        from ..passes.pool_indices import compact_pool_indices
+
+        passes.append(Pass("compact_pool_indices", compact_pool_indices))
     if descriptor.fusion and descriptor.matmul_epilogues and descriptor.optimization_level >= 1:
         from ..passes.epilogue import fuse_matmul_epilogues  # also on the CPU: addmm adds the bias
 

@@ -24,7 +24,7 @@ from ...ir.graph import Tensor
 from ...runtime.compile import CompilationDescriptor
 from ...runtime.device import device as og_device
 from . import converters as _converters  # noqa: F401  (registers the converters)
-from .capture import capture_attention
+from .capture import capture_attention, capture_max_pool
 from .registry import SymSize, decompositions
 from .translation import NotTranslatable, Translation, translate
 
@@ -41,6 +41,7 @@ class TorchOptions:
     optimization_level: int = 1
     warn_fallbacks: bool = True
     capture_attention: bool = True  # F.scaled_dot_product_attention as opgraph's fused attention op, whole
+    capture_max_pool: bool = True  # training: F.max_pool2d saves 8-bit window offsets where kernels run (CUDA)
     channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
     batch_norm_regions: bool | None = None  # batch norm in generated kernels, not cuDNN's (None: up to 32-bit on CUDA)
     profile_ops: bool = False  # each graph op's calls inside a profiler range named after it (see the descriptor)
@@ -152,6 +153,12 @@ def _vendor_ops(options: TorchOptions, where: torch.device) -> bool:
         and where.type != "cuda" and options.channels_last is not True
 
 
+def _pool_kernels(options: TorchOptions, where: torch.device) -> bool:
+    """The max-pool kernels, which read and write window offsets, may run (``kernels.max_pool.use_kernels``):
+    elsewhere offsets would be converted from and to PyTorch's index around its kernels."""
+    return options.fusion and options.optimization_level >= 1 and (where.type == "cuda" or options.triton_interpret)
+
+
 def _channels_last_inputs(values: Sequence[Any]) -> tuple[int, ...]:
     """Positions of the static 4-d example tensors stored channels-last and not also contiguous: a hint for the
     layout pass (a call whose tensors are stored otherwise gets the same values, read across memory)."""
@@ -232,6 +239,8 @@ def opgraph_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opt
 
     if opts.capture_attention:  # F.scaled_dot_product_attention whole, not as the kernel AOTAutograd would pick
         capture_attention(gm)
+    if training and opts.capture_max_pool and _pool_kernels(opts, _device_of(example_inputs)):
+        capture_max_pool(gm)  # (inference has no saved indices; passes/pool_indices.py compacts unread ones)
     # the CPU's fused attention kernel is converted to opgraph's attention op, not decomposed to its math; where
     # no kernels are generated, the backward of batch and layer norms, select, log_softmax, nll_loss, GELU and
     # embedding reach their converters whole (one call each, where the table's spellings are a pass per elementwise

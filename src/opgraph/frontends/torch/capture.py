@@ -4,6 +4,9 @@
 PyTorch picks for the fake inputs, often its math formulation (matmuls and a softmax), and opgraph's fused
 attention would never see it. ``capture_attention`` replaces Dynamo's calls of it by ``opgraph::attention``
 (``custom_ops.py``), which AOTAutograd keeps whole, forward and backward.
+
+``F.max_pool2d`` in a training step saves PyTorch's int64 argmax for its backward; ``capture_max_pool`` replaces
+Dynamo's calls of it by ``opgraph::max_pool2d`` (``pool_ops.py``), which saves 8-bit window offsets instead.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 import torch.fx
 
 from .custom_ops import ATTENTION
+from .pool_ops import MAX_POOL2D
 
 # what Dynamo records for ``F.scaled_dot_product_attention`` (the same builtin as ``torch._C._nn``'s)
 SDPA_TARGETS = frozenset({torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention})
@@ -132,4 +136,84 @@ def capture_attention(gm: torch.fx.GraphModule) -> int:
     return replaced
 
 
-__all__ = ["SDPA_TARGETS", "capture_attention"]
+# what Dynamo records for ``F.max_pool2d`` (and ``nn.MaxPool2d``) and for ``torch.max_pool2d``
+MAX_POOL_TARGETS = frozenset({torch.nn.functional.max_pool2d, torch.max_pool2d})
+_POOL_POSITIONAL = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+
+
+def _pair(value: Any, default: list[int] | None = None) -> list[int] | None:
+    """A window argument as two ints (one int or a pair; ``default`` for None or empty); None when not static."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return default
+    v = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or any(isinstance(e, bool) or not isinstance(e, int) for e in v):
+        return None
+    return v
+
+
+def _pool_arguments(node: torch.fx.Node) -> tuple[Any, ...] | None:
+    """(input, kernel, stride, padding, dilation, ceil_mode) of a call this rewrite takes; None for any other: one
+    that returns indices, window arguments that are not static ints, an input that is not a static 3-D or 4-D
+    floating tensor (dynamic shapes keep PyTorch's op)."""
+    if len(node.args) > len(_POOL_POSITIONAL):
+        return None
+    found = dict(zip(_POOL_POSITIONAL, node.args, strict=False))
+    for name, value in node.kwargs.items():
+        if name in found or name not in _POOL_POSITIONAL:
+            return None
+        found[name] = value
+    x = _value(found.get("input"))
+    ceil, indices = found.get("ceil_mode", False), found.get("return_indices", False)
+    if not isinstance(x, torch.Tensor) or x.dim() not in (3, 4) or not x.is_floating_point() or \
+            not all(isinstance(d, int) for d in x.shape) or indices is not False or not isinstance(ceil, bool):
+        return None
+    kernel = _pair(found.get("kernel_size"))
+    if kernel is None:
+        return None
+    stride, padding, dilation = (_pair(found.get("stride"), kernel), _pair(found.get("padding", 0), [0, 0]),
+                                 _pair(found.get("dilation", 1), [1, 1]))
+    if stride is None or padding is None or dilation is None or kernel[0] * kernel[1] > 32768:
+        return None
+    return found["input"], kernel, stride, padding, dilation, ceil
+
+
+def capture_max_pool(gm: torch.fx.GraphModule) -> int:
+    """Replace each ``F.max_pool2d`` / ``torch.max_pool2d`` call of Dynamo's graph ``gm`` (static shapes, no
+    indices asked for) by ``torch.ops.opgraph.max_pool2d(...)[0]``; returns how many were replaced (``gm`` is
+    recompiled when any was).
+
+    >>> import torch, torch.nn.functional as F
+    >>> from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    >>> gm = torch.fx.symbolic_trace(lambda x: F.max_pool2d(x, 2))
+    >>> FakeTensorProp(gm).propagate(torch.randn(1, 2, 4, 4)).shape
+    torch.Size([1, 2, 2, 2])
+    >>> capture_max_pool(gm), [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    (1, ['opgraph.max_pool2d.default', '<built-in function getitem>'])
+    """
+    replaced = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in MAX_POOL_TARGETS:
+            continue
+        args = _pool_arguments(node)
+        if args is None:
+            continue
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(MAX_POOL2D, args)
+            out = gm.graph.call_function(operator.getitem, (call, 0))
+        for key in _KEPT_META:
+            if key in node.meta:
+                call.meta[key] = out.meta[key] = node.meta[key]
+        if "example_value" in node.meta:
+            out.meta["example_value"] = node.meta["example_value"]
+        node.replace_all_uses_with(out)
+        gm.graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        gm.graph.lint()
+        gm.recompile()
+    return replaced
+
+
+__all__ = ["MAX_POOL_TARGETS", "SDPA_TARGETS", "capture_attention", "capture_max_pool"]

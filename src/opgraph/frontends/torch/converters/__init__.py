@@ -6,6 +6,7 @@ from . import distance as distance
 from . import elementwise as elementwise
 from . import extra as extra
 from . import gradients as gradients
+from . import max_pool_offsets as max_pool_offsets
 from . import nn as nn
 from . import pool1d as pool1d
 from . import reduce as reduce
