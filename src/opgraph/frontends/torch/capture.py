@@ -12,7 +12,7 @@ Dynamo's calls of it by ``opgraph::max_pool2d`` (``pool_ops.py``), which saves 8
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -110,30 +110,49 @@ def capture_attention(gm: torch.fx.GraphModule) -> int:
     >>> capture_attention(gm), [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     (1, ['opgraph.attention.default', '<built-in function getitem>'])
     """
+    return _rewrite_calls(gm, SDPA_TARGETS, ATTENTION, _attention_call)
+
+
+def _attention_call(node: torch.fx.Node) -> tuple[Any, ...] | None:
+    """``opgraph::attention``'s arguments for a call this rewrite takes, else None."""
+    args = _arguments(node)
+    if args is None or not _capturable(args):
+        return None
+    return (args["query"], args["key"], args["value"], args["attn_mask"], args["is_causal"],
+            None if args["scale"] is None else float(args["scale"]))
+
+
+def _rewrite_calls(gm: torch.fx.GraphModule, targets: frozenset[Any], op: Any,
+                   arguments: Callable[[torch.fx.Node], tuple[Any, ...] | None]) -> int:
+    """Each call of one of ``targets`` for which ``arguments`` gives ``op``'s arguments, replaced by ``op``'s first
+    result; the number replaced (``gm`` recompiled when any was)."""
     replaced = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in SDPA_TARGETS:
+        if node.op != "call_function" or node.target not in targets:
             continue
-        args = _arguments(node)
-        if args is None or not _capturable(args):
+        args = arguments(node)
+        if args is None:
             continue
-        call_args: Sequence[Any] = (args["query"], args["key"], args["value"], args["attn_mask"],
-                                    args["is_causal"], None if args["scale"] is None else float(args["scale"]))
-        with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(ATTENTION, tuple(call_args))
-            out = gm.graph.call_function(operator.getitem, (call, 0))
-        for key in _KEPT_META:
-            if key in node.meta:
-                call.meta[key] = out.meta[key] = node.meta[key]
-        if "example_value" in node.meta:
-            out.meta["example_value"] = node.meta["example_value"]
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
+        _replace(gm, node, op, args)
         replaced += 1
     if replaced:
         gm.graph.lint()
         gm.recompile()
     return replaced
+
+
+def _replace(gm: torch.fx.GraphModule, node: torch.fx.Node, op: Any, args: tuple[Any, ...]) -> None:
+    """``node`` replaced by the first result of ``op(*args)``, with its source metadata and example value."""
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(op, args)
+        out = gm.graph.call_function(operator.getitem, (call, 0))
+    for key in _KEPT_META:
+        if key in node.meta:
+            call.meta[key] = out.meta[key] = node.meta[key]
+    if "example_value" in node.meta:
+        out.meta["example_value"] = node.meta["example_value"]
+    node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
 
 
 # what Dynamo records for ``F.max_pool2d`` (and ``nn.MaxPool2d``) and for ``torch.max_pool2d``
@@ -192,28 +211,7 @@ def capture_max_pool(gm: torch.fx.GraphModule) -> int:
     >>> capture_max_pool(gm), [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     (1, ['opgraph.max_pool2d.default', '<built-in function getitem>'])
     """
-    replaced = 0
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in MAX_POOL_TARGETS:
-            continue
-        args = _pool_arguments(node)
-        if args is None:
-            continue
-        with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(MAX_POOL2D, args)
-            out = gm.graph.call_function(operator.getitem, (call, 0))
-        for key in _KEPT_META:
-            if key in node.meta:
-                call.meta[key] = out.meta[key] = node.meta[key]
-        if "example_value" in node.meta:
-            out.meta["example_value"] = node.meta["example_value"]
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
-        replaced += 1
-    if replaced:
-        gm.graph.lint()
-        gm.recompile()
-    return replaced
+    return _rewrite_calls(gm, MAX_POOL_TARGETS, MAX_POOL2D, _pool_arguments)
 
 
 __all__ = ["MAX_POOL_TARGETS", "SDPA_TARGETS", "capture_attention", "capture_max_pool"]
