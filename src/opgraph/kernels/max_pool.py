@@ -2,7 +2,9 @@
 for activations stored channels-last (NHWC), where PyTorch's CUDA kernels are slow: on an H200 its NHWC backward
 took 0.91 ms for ResNet-50's stem pool at batch 128 in bf16, where moving its bytes at copy bandwidth takes ~0.11 ms
 (RESULTS.md, eighth session). These kernels take forward + backward 1.6-3.2x less time than PyTorch's there and at
-VGG16's pools (``benchmarks/max_pool.py``, ninth session); Inductor's is faster at VGG16's float32 pools.
+VGG16's pools (``benchmarks/max_pool.py``, ninth session). With PyTorch's int64 index Inductor's is faster at VGG16's
+float32 pools; storing 8-bit window offsets instead (``local``, as Inductor does) they take 1.1-2.4x less time than
+Inductor's in every case (fourteenth session).
 
 The forward gives each program a tile of output positions x channels (channels innermost, so loads and stores
 are contiguous) and walks the window, keeping PyTorch's argmax rules: the first maximum wins, a NaN wins and a

@@ -4,7 +4,7 @@
 bytes per output where the maximum's offset in its window (``LOCAL_FLATTEN_2D``: ``i * kW + j``) fits one. Where
 the indices are not a result of the program and are read only by ``max_pool2d_gradient`` ops of the same
 descriptor (or by nothing: inference), both are rewritten to window offsets in int8; the values and the gradient
-stay the same. On an H200 the max-pool kernels then take 1.2-2.1x less time forward and backward
+stay the same. On an H200 the max-pool kernels then take 1.4-2.2x less time forward and backward
 (``benchmarks/max_pool.py``, RESULTS.md fourteenth session).
 
 >>> import opgraph as og

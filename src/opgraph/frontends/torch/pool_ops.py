@@ -6,7 +6,7 @@ ceil_mode) -> (values, offsets)`` saves the maximum's offset in its window inste
 for windows of more than 128 elements), as Inductor does. ``capture.capture_max_pool`` puts it into Dynamo's graph
 of a training step before AOTAutograd traces it; the converters build opgraph's ``max_pool2d_return_indices`` with
 ``LOCAL_FLATTEN_2D`` indices and its gradient, which the max-pool kernels compute on CUDA (H200: forward and
-backward in 1.2-2.1x less time than with int64 indices, ``benchmarks/max_pool.py``).
+backward in 1.4-2.2x less time than with int64 indices, ``benchmarks/max_pool.py``).
 
 ``opgraph::max_pool2d_backward(grad, offsets, input_size, kernel_size, stride, padding, dilation, ceil_mode)`` is
 the gradient with respect to an input of ``input_size``. Run eagerly, both are PyTorch's kernels with the offsets
