@@ -120,6 +120,20 @@ def test_a_query_that_attends_to_nothing(kind: str) -> None:
     assert all(torch.isfinite(t).all() for t in grads) and (grads[0][:, 1] == 0).all()
 
 
+def test_rows_with_nothing_kept_are_zeroed_in_the_kernels_layout() -> None:
+    """The efficient kernel's output is (batch, length, heads, head) in memory; the mend of rows with no key kept
+    keeps that layout (a contiguous clone made the heads' merge after it copy again) and names no new memory."""
+    out = torch.randn(2, 5, 3, 4).transpose(1, 2)  # (batch, heads, length, head) over BMHK memory
+    lse = torch.randn(2, 3, 5)
+    kept = torch.ones(2, 1, 5, dtype=torch.bool)
+    kept[1, 0, 2] = False
+    want = torch.where(kept[..., None], out, 0.0)
+    got, got_lse = kernels._finish(out, lse, kept)
+    assert got.stride() == out.stride() and got.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert (got_lse[1, :, 2] == -math.inf).all() and torch.isfinite(got_lse[0]).all()
+
+
 def test_math_and_fused_lowerings_agree_on_the_cpu() -> None:
     q, k, v = _inputs(torch.float64, (2, 3, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8))
     mask = _mask("float", (3, 5, 7), torch.float64)

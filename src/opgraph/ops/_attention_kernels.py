@@ -100,9 +100,11 @@ def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def _finish(out: torch.Tensor, lse: torch.Tensor, kept: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fused kernel's rows with no key kept made the convention's (output 0, logsumexp -inf)."""
+    """A fused kernel's rows with no key kept made the convention's (output 0, logsumexp -inf). The output is
+    the kernel's own, so it is masked in place: ``masked_fill`` would clone it to contiguous memory, leaving the
+    efficient kernel's (batch, length, heads, head) layout that the heads' merge after it reads as a view."""
     if kept is not None:
-        out = out.masked_fill(~kept[..., None], 0.0)
+        out = out.masked_fill_(~kept[..., None], 0.0)
         lse = lse.masked_fill(~kept, -INF)
     return out, lse
 
