@@ -17,6 +17,9 @@ decomposition needs are static; otherwise it is left for its own lowering.
   check_indices=False)``, the torch backend's default): ``select(coordinate == index, update, data)`` (``data +
   select(...)`` to add), elementwise, so it joins the region that reads it instead of a fill, a copy and a scatter
   over the whole tensor.
+* ``max_pool2d_gradient`` of windows that tile the image, from window offsets (``LOCAL_FLATTEN_2D``, as
+  ``passes.pool_indices`` and the torch backend's training steps keep them): ``select(upsampled offsets ==
+  offset of the element, upsampled gradient, 0)``, so it joins the region of the ReLU's gradient after it.
 * ``batch_norm_training(x)`` (where ``batch_norm`` asks for it: ``CompilationDescriptor.batch_norm_regions``
   chooses between this and the vendor kernel): two sums of ``x`` shifted by its first element per channel (one
   reduction region, a column reduction for NHWC), then the normalisation, which joins the elementwise ops after
@@ -47,6 +50,9 @@ from ..ops.batch_norm_grad import stat_dtype
 from ..ops.gather import SCATTER_ALONG_AXIS, ScatterAttrs, ScatterMode
 from ..ops.gradient_support import FILL_LIKE
 from ..ops.losses import SOFTMAX_CROSS_ENTROPY, LossReduction, SoftmaxCrossEntropyAttrs
+from ..ops.pooling import Pooling2dDescriptor, PoolingReturnIndicesMode
+from ..ops.pooling_indices import MAX_POOL2D_GRADIENT
+from ..ops.resize import RESIZE_NEAREST, ResizeNearestAttrs, ResizeNearestRoundingMode
 from .builder import OpBuilder
 from .dce import dead_code_elimination
 from .program import Program, rewrite
@@ -251,6 +257,38 @@ def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | N
     return [b.op(ew.ADD, [data, added], last=True)]
 
 
+# ---- max_pool2d_gradient --------------------------------------------------------------------------------
+def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+    """Windows that tile the image (stride = window, no padding, dilation or remainder), indices their offsets in
+    the window (``passes.pool_indices``): each element gets its window's gradient where the window's offset names
+    it, ``select(upsampled offsets == (h % kh) * kw + w % kw, upsampled gradient, 0)``. Elementwise on whole
+    upsamplings (index rules), it joins the region of the ReLU's gradient and the bias sums after it, instead of
+    a kernel that writes the gradient for that region to read back."""
+    d = op.attrs.descriptor
+    grad, idx = ins[:2]
+    y = op.outputs[0]
+    if not (isinstance(d, Pooling2dDescriptor) and not d.data_layout.channels_last
+            and d.return_indices_mode is PoolingReturnIndicesMode.LOCAL_FLATTEN_2D and y.type.is_static
+            and grad.type.is_static and grad.rank == 4 and idx.dtype.is_integer):
+        return None
+    kh, kw = d.kernel_height, d.kernel_width
+    pads = (d.padding_left, d.padding_right, d.padding_top, d.padding_bottom)
+    height, width = int(y.shape[2] or 0), int(y.shape[3] or 0)
+    if (d.stride_in_y, d.stride_in_x) != (kh, kw) or (d.dilation_rate_in_y, d.dilation_rate_in_x) != (1, 1) \
+            or any(pads) or (grad.shape[2], grad.shape[3]) != (height // kh, width // kw) \
+            or (height % kh, width % kw) != (0, 0):
+        return None
+    up = ResizeNearestAttrs((height, width), center_result=False,
+                            nearest_rounding_mode=ResizeNearestRoundingMode.FLOOR)  # source d // k
+    dt = idx.dtype.torch_dtype
+    rows = b.constant((torch.arange(height) % kh * kw).to(dt).reshape(1, 1, height, 1), "window_row")
+    cols = b.constant((torch.arange(width) % kw).to(dt).reshape(1, 1, 1, width), "window_column")
+    offset = b.op(ew.ADD, [rows, cols], part="offset")
+    hit = b.op(ew.EQUAL, [b.op(RESIZE_NEAREST, [idx], up, part="indices"), offset], part="hit")
+    spread = b.op(RESIZE_NEAREST, [grad], up, part="gradient")
+    return [b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], last=True)]
+
+
 # ---- batch_norm_training -----------------------------------------------------------------------------
 def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
     """(y, mean, biased variance) from two sums over every axis but the channel's, of ``x`` shifted by its first
@@ -302,6 +340,7 @@ DECOMPOSITIONS: dict[OpDef, Decomposition] = {
     SOFTMAX_CROSS_ENTROPY: _cross_entropy,
     BATCH_NORM_TRAINING: _batch_norm,
     SCATTER_ALONG_AXIS: _scatter,
+    MAX_POOL2D_GRADIENT: _max_pool_gradient,
 }
 
 

@@ -18,6 +18,7 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import OpDef
 from ...ops import gradient_support as gs
 from ...ops import reshape_dims as rd
+from ...ops import resize as rs
 from ...ops import shape as sh
 from ...ops import slicing as sl
 from .expr import NotExpressible
@@ -224,11 +225,29 @@ def _slice(op: Operation, index: Index, sizes: Sizes) -> Index:
     return tuple(out)
 
 
+def _resize_nearest(op: Operation, index: Index, sizes: Sizes) -> Index:
+    """Upsampling by a whole factor ``k`` per spatial dim, where the op's rounding picks source ``d // k`` for
+    output ``d`` (PyTorch's "nearest", MPSGraph's default half-pixel rounding): anything else is not generated."""
+    a = op.attrs
+    x, y = op.inputs[0], op.outputs[0]
+    out = list(index)
+    for ax in rs.spatial_axes(a.data_layout):
+        n_in, n_out = x.shape[ax], y.shape[ax]
+        if n_in is None or n_out is None or n_out % n_in:
+            raise NotExpressible(f"resize_nearest of %{x.name} {x.shape} to {y.shape} is not a whole upsampling")
+        k = n_out // n_in
+        picked = rs.nearest_indices(n_in, n_out, a.center_result, a.align_corners, a.nearest_rounding_mode)
+        if picked.tolist() != [d // k for d in range(n_out)]:
+            raise NotExpressible(f"resize_nearest of %{x.name}: its rounding does not pick d // {k}")
+        out[ax] = floordiv(index[ax], str(k))
+    return tuple(out)
+
+
 INDEX_RULES: dict[OpDef, IndexRule] = {
     sh.RESHAPE: _reshape, sh.RESHAPE_LIKE: _reshape, sh.FLATTEN2D: _reshape, rd.RESHAPE_DIMS: _reshape,
     sh.TRANSPOSE: _transpose,
     sh.EXPAND_DIMS: _expand_dims, sh.SQUEEZE: _squeeze, sh.BROADCAST_TO: _broadcast, gs.BROADCAST_LIKE: _broadcast,
-    sl.REVERSE: _reverse, sl.SLICE: _slice,
+    sl.REVERSE: _reverse, sl.SLICE: _slice, rs.RESIZE_NEAREST: _resize_nearest,
 }
 
 
