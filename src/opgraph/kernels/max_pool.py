@@ -76,7 +76,8 @@ def forward(x: torch.Tensor, window: Window, out_hw: tuple[int, int],
             index_dtype: torch.dtype = torch.int64, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(values, indices)`` of max pooling ``x`` (N, C, H, W) over ``window`` (kernel, stride, padding, dilation,
     each (along H, along W)) into ``out_hw`` positions; both results stored channels-last. An index is PyTorch's
-    ``h * W + w``, or with ``local`` the offset ``i * kW + j`` in the window (fits ``torch.int8`` up to 127).
+    ``h * W + w``, or with ``local`` the offset ``i * kW + j`` in the window (``torch.int8`` holds those of windows
+    of up to 128 elements).
 
     Under Triton's interpreter (``TRITON_INTERPRET=1``) on the CPU, or on a GPU:
 
