@@ -9,8 +9,15 @@ offsets. ``of copy``: the bytes a step must move (x read, values and int64 indic
 read, dx written) / time / copy bandwidth. opgraph's results are checked against PyTorch's (values, indices, dx)
 before timing.
 
+``--relu-backward`` (VGG16's tiling pools) adds a second table: the pool's gradient from int8 offsets, masked by the
+ReLU before the pool and summed per channel (a convolution bias's gradient), as opgraph now computes it (one
+generated kernel: ``passes.decompose`` spreads the gradient by upsampling) against the kernel before it (the pool's
+backward kernel writes the gradient, a generated kernel masks and sums it). ``of copy`` there: the fused kernel's
+bytes (the activation read, the gradient and offsets read, the masked gradient written) / time / copy bandwidth.
+
     python benchmarks/max_pool.py
     python benchmarks/max_pool.py --dtypes bfloat16 --cases resnet50
+    python benchmarks/max_pool.py --cases vgg16 --relu-backward
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import opgraph as og
 from opgraph.cli._table import format_table
+from opgraph.core.dtype import from_torch
 from opgraph.kernels import max_pool
 
 _spec = importlib.util.spec_from_file_location("opgraph_benchmarks_fusion", Path(__file__).with_name("fusion.py"))
@@ -87,6 +96,58 @@ def check(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> bool:
         torch.allclose(odx.float(), dx.float(), rtol=1e-2, atol=1e-2)
 
 
+def relu_backward_steps(r: torch.Tensor, grad: torch.Tensor, k: int, device: str,
+                        interpret: bool = False) -> dict[str, Callable[[], list[torch.Tensor]]]:
+    """The ReLU-masked gradient of a tiling ``k`` x ``k`` pool of ``r`` (a ReLU's output) and its per-channel sum:
+    ``fused`` (one executable: pool gradient, mask and sum in one kernel) and ``apart`` (the pool's backward
+    kernel, then an executable masking and summing its result), from the same int8 window offsets."""
+    window = ((k, k), (k, k), (0, 0), (1, 1))
+    h, w = r.shape[2], r.shape[3]
+    _, offsets = max_pool.forward(r, window, (grad.shape[2], grad.shape[3]), torch.int8, local=True)
+    dtype = from_torch(r.dtype)
+    d = og.Pooling2dDescriptor(k, k, k, k, return_indices_mode=og.PoolingReturnIndicesMode.LOCAL_FLATTEN_2D,
+                               return_indices_data_type=og.int8)
+    descriptor = og.CompilationDescriptor(triton_interpret=interpret)
+
+    def masked(g: og.Graph, rt: og.Tensor, dx: og.Tensor) -> list[og.Tensor]:
+        dy = g.select(g.less_equal(rt, 0.0), 0.0, dx)
+        return [dy, g.reduce_sum(g.cast(dy, og.float32), [0, 2, 3])]
+
+    g = og.Graph()
+    rt, gt = g.placeholder(tuple(r.shape), dtype), g.placeholder(tuple(grad.shape), dtype)
+    ot = g.placeholder(tuple(offsets.shape), og.int8)
+    fused = g.compile({t: t.type for t in (rt, gt, ot)}, masked(g, rt, g.max_pool2d_gradient(gt, ot, rt, d)),
+                      device=device, descriptor=descriptor)
+    g2 = og.Graph()
+    rt2, dxt = g2.placeholder(tuple(r.shape), dtype), g2.placeholder(tuple(r.shape), dtype)
+    apart = g2.compile({rt2: rt2.type, dxt: dxt.type}, masked(g2, rt2, dxt), device=device, descriptor=descriptor)
+    return {"fused": lambda: fused.run([r, grad, offsets]),
+            "apart": lambda: apart.run([r, max_pool.backward(grad, offsets, (h, w), window, local=True)])}
+
+
+def _relu_backward_table(args: argparse.Namespace, dev: og.Device, copy: float) -> bool:
+    rows, failed = [], False
+    for shape, (k, _, _) in CASES["vgg16"]:  # stride k, no padding: windows that tile the image
+        for name in args.dtypes:
+            r = torch.randn(shape, device="cuda").relu().to(DTYPES[name]).contiguous(memory_format=torch.channels_last)
+            grad = torch.randn(shape[0], shape[1], shape[2] // k, shape[3] // k, device="cuda").to(DTYPES[name])
+            grad = grad.contiguous(memory_format=torch.channels_last)
+            fns = relu_backward_steps(r, grad, k, "cuda")
+            ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3)
+                     for a, b in zip(fns["fused"](), fns["apart"](), strict=True))
+            failed = failed or not ok
+            ms = {b: statistics.median(v) for b, v in fusion.measure(fns, dev, 2, args.repeats).items()}
+            moved = 2 * r.numel() * r.element_size() + grad.numel() * (grad.element_size() + 1)
+            rows.append([f"vgg16 {'x'.join(map(str, shape))}", name, f"{ms['apart']:.3f}", f"{ms['fused']:.3f}",
+                         f"{ms['apart'] / ms['fused']:.2f}", f"{moved / ms['fused'] / 1e6 / copy:.2f}",
+                         "ok" if ok else "FAIL"])
+            print(f"  relu backward {rows[-1][0]} {name}: done", file=sys.stderr, flush=True)
+    print("\npool gradient + ReLU mask + per-channel sum, int8 offsets (ms):")
+    print(format_table(["shape (NCHW)", "dtype", "kernel + region", "one region", "speed-up", "of copy", "check"],
+                       rows))
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=fusion.names_of(list(CASES)), default=list(CASES),
@@ -94,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", type=fusion.names_of(list(DTYPES)), default=list(DTYPES),
                     help=f"comma-separated, of {', '.join(DTYPES)}")
     ap.add_argument("--repeats", type=int, default=10, help="timed steps of each backend (median)")
+    ap.add_argument("--relu-backward", action="store_true",
+                    help="also time the pool gradient fused with the ReLU mask and bias sum (VGG16's pools)")
     args = ap.parse_args(argv)
     dev = fusion.cuda_device(ap)
     copy = fusion.copy_roofline(dev, args.repeats)
@@ -121,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(["shape (NCHW)", "dtype", "eager ms", "inductor ms", "opgraph ms", "int8 ms", "of copy",
                         "vs eager", "vs inductor", "int8 vs inductor", "inductor fwd", "opgraph fwd", "int8 fwd",
                         "check"], rows))
+    if args.relu_backward:
+        failed = _relu_backward_table(args, dev, copy) or failed
     return 1 if failed else 0
 
 
