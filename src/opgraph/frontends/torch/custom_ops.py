@@ -181,14 +181,24 @@ def _registered(name: str) -> bool:
     return True
 
 
+def define_with_backward(name: str, forward: Any, forward_fake: Any, backward: Any, backward_fake: Any,
+                         autograd: Any, setup_context: Any) -> bool:
+    """``opgraph::{name}`` and ``opgraph::{name}_backward`` (implementations and fake ones), the first
+    differentiable through ``autograd``; False where another copy of the module (or a reload) defined them."""
+    if _registered(name) and _registered(f"{name}_backward"):
+        return False
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=())
+    op.register_fake(forward_fake)
+    grad = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=())
+    grad.register_fake(backward_fake)
+    op.register_autograd(autograd, setup_context=setup_context)
+    return True
+
+
 def _register() -> None:
-    if _registered("attention") and _registered("attention_backward"):
-        return  # another copy of this module (or a reload) registered them
-    forward = torch.library.custom_op(f"{NAMESPACE}::attention", _attention, mutates_args=())
-    forward.register_fake(_attention_fake)
-    backward = torch.library.custom_op(f"{NAMESPACE}::attention_backward", _attention_bwd, mutates_args=())
-    backward.register_fake(_attention_bwd_fake)
-    forward.register_autograd(_backward, setup_context=_setup_context)
+    if not define_with_backward("attention", _attention, _attention_fake, _attention_bwd, _attention_bwd_fake,
+                                _backward, _setup_context):
+        return
     for device_type in _AUTOCAST_DEVICES:
         if _autocast_available(device_type):  # torch.library keeps these registrations alive
             try:
@@ -202,4 +212,4 @@ _register()
 ATTENTION = torch.ops.opgraph.attention.default
 ATTENTION_BACKWARD = torch.ops.opgraph.attention_backward.default
 
-__all__ = ["ATTENTION", "ATTENTION_BACKWARD", "lse_dtype", "op_mask"]
+__all__ = ["ATTENTION", "ATTENTION_BACKWARD", "define_with_backward", "lse_dtype", "op_mask"]

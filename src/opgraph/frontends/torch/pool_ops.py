@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .custom_ops import NAMESPACE, _registered
+from .custom_ops import define_with_backward
 
 Tensor = torch.Tensor
 
@@ -96,13 +96,8 @@ def _backward(ctx: Any, grad: Tensor, grad_offsets: Any) -> tuple[Tensor | None,
 
 
 def _register() -> None:
-    if _registered("max_pool2d") and _registered("max_pool2d_backward"):
-        return  # another copy of this module (or a reload) registered them
-    forward = torch.library.custom_op(f"{NAMESPACE}::max_pool2d", _max_pool2d, mutates_args=())
-    forward.register_fake(_max_pool2d_fake)
-    backward = torch.library.custom_op(f"{NAMESPACE}::max_pool2d_backward", _max_pool2d_backward, mutates_args=())
-    backward.register_fake(_max_pool2d_backward_fake)
-    forward.register_autograd(_backward, setup_context=_setup_context)
+    define_with_backward("max_pool2d", _max_pool2d, _max_pool2d_fake, _max_pool2d_backward, _max_pool2d_backward_fake,
+                         _backward, _setup_context)
 
 
 _register()
