@@ -85,7 +85,10 @@ def max_indices_oracle(x: Any, desc: Any) -> tuple[np.ndarray, np.ndarray]:
                 pos, j = where
                 idx[(*b, *o)] = (_flatten(list(j[4 - n:]), k[4 - n:]) if local
                                  else _flatten(pos[4 - n:], list(sizes[4 - n:])))
-    return vals, idx.astype(np.int64 if desc.return_indices_data_type is og.int64 else np.int32)
+    return vals, idx.astype(_NUMPY_INDEX[desc.return_indices_data_type])
+
+
+_NUMPY_INDEX = {og.int64: np.int64, og.int32: np.int32, og.int16: np.int16, og.int8: np.int8}
 
 
 def _locate(desc: Any, sizes: tuple[int, ...], o: tuple[int, ...], index: int) -> tuple[int, ...] | None:
@@ -165,6 +168,11 @@ def _ri_samples(two_d: bool) -> Any:
             out.append(Sample([ties], {"desc": _with(d0, M.LOCAL_FLATTEN_4D)}, f"ties-first-wins-{which}"))
             neg = np.full(shape0, -np.inf, np.float32)  # all -inf: padding never wins over a source element
             out.append(Sample([neg], {"desc": _with(d0, M.GLOBAL_FLATTEN_4D)}, f"all-neg-inf-{which}"))
+        if two_d:  # window offsets in 8 and 16 bits (what passes.pool_indices and the torch backend keep)
+            d0, shape0, dt0 = _cases(True)[0][1:4]
+            for idt in (og.int8, og.int16):
+                out.append(Sample([rand(rng, shape0, dt0)], {"desc": _with(d0, M.LOCAL_FLATTEN_2D, idt)},
+                                  f"window-offsets-{idt.name}"))
         return out
 
     return samples
@@ -189,6 +197,14 @@ def _scatter_samples(two_d: bool, gather: bool) -> Any:
                     if n % 3 == 2:
                         ins.append(np.zeros(shape, np.float32))
                 out.append(Sample(ins, kw, f"{label}-{m.name.lower()}" + ("-by-reference" if len(ins) > 2 else "")))
+        if two_d:  # 8-bit window offsets, as the torch backend's training steps save them
+            d0, shape0, dt0 = _cases(True)[0][1:4]
+            dm = _with(d0, M.LOCAL_FLATTEN_2D, og.int8)
+            x = rand(rng, shape0, dt0)
+            idx = max_indices_oracle(x, dm)[1]
+            first = rand(rng, shape0, dt0) if gather else rand(rng, idx.shape, dt0)
+            kw = {"desc": dm} if gather else {"desc": dm, "output_shape": tuple(shape0)}
+            out.append(Sample([first, idx], kw, "window-offsets-int8"))
         return out
 
     return samples
@@ -208,6 +224,10 @@ RI_ERRORS = [
               "int-source"),
     ErrorCase(lambda g: P2(2, 2, return_indices_data_type=og.float32), og.AttributeValueError,
               "return_indices_data_type", "float-index-dtype"),
+    ErrorCase(lambda g: P2(2, 2, return_indices_mode=M.GLOBAL_FLATTEN_2D, return_indices_data_type=og.int8),
+              og.AttributeValueError, "LOCAL_FLATTEN", "int8-global-index"),  # it would overflow silently
+    ErrorCase(lambda g: P2(12, 12, return_indices_mode=M.LOCAL_FLATTEN_2D, return_indices_data_type=og.int8),
+              og.AttributeValueError, "cannot hold the 144 offsets", "int8-offsets-of-a-big-window"),
     ErrorCase(lambda g: P4((1, 1, 2, 2), return_indices_mode=2), og.AttributeValueError,  # type: ignore[arg-type]
               "return_indices_mode", "int-mode"),
     ErrorCase(lambda g: g.max_pool2d_return_indices(_ph(g, (1, 1, 4, 4)), D4), og.AttributeValueError,
