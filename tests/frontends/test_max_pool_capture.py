@@ -54,6 +54,14 @@ def test_offsets_name_pytorchs_argmax(window: str, layout: str) -> None:
     torch.testing.assert_close(dx, torch.ops.aten.max_pool2d_with_indices_backward(grad, x, *args, index))
 
 
+def test_a_window_too_large_for_16_bit_offsets_is_refused() -> None:
+    x = torch.randn(1, 1, 200, 200)
+    with pytest.raises(og.OpgraphError, match="opgraph::max_pool2d: a 200x200 window"):
+        MAX_POOL2D(x, [200, 200], [1, 1], [0, 0], [1, 1], False)
+    gm = _traced(lambda t: F.max_pool2d(t, 200), x)
+    assert capture_max_pool(gm) == 0  # PyTorch's op keeps it
+
+
 def test_custom_ops_opcheck_and_finite_differences() -> None:
     opcheck = getattr(torch.library, "opcheck", None)
     x = torch.randn(2, 3, 9, 8, dtype=torch.float64, requires_grad=True)

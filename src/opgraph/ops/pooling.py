@@ -52,7 +52,13 @@ from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 
 Pairs = tuple[tuple[int, int], ...]
 INDEX_DTYPES = (int32, int64)
-SMALL_INDEX_DTYPES = (int8, int16)  # window offsets (LOCAL_FLATTEN modes) only
+OFFSET_LIMITS = {int8: 128, int16: 32768}  # the window elements whose offsets (0 .. n - 1) each small type holds
+
+
+def offsets_dtype(window: int) -> DType | None:
+    """The smallest integer dtype that holds every offset in a window of ``window`` elements (None: none of 16
+    bits): what a ``LOCAL_FLATTEN`` mode may store instead of int32 or int64."""
+    return next((dt for dt, limit in OFFSET_LIMITS.items() if window <= limit), None)
 
 
 @serializable
@@ -92,14 +98,14 @@ def _check_indices_fields(d: Any) -> None:
     except OpgraphError:
         dt = None
     mode = d.return_indices_mode
-    small = dt in SMALL_INDEX_DTYPES and mode.is_local  # a window offset; a global index would overflow silently
+    small = dt in OFFSET_LIMITS and mode.is_local  # a window offset; a global index would overflow silently
     if dt not in INDEX_DTYPES and not small:
         raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type must be int32 or int64 (int8 or "
                                   f"int16 for a LOCAL_FLATTEN mode), got {d.return_indices_data_type!r}")
     if small and dt is not None:
         kernel = window4(d)[0]
         offsets = math.prod(kernel[4 - mode.flatten_dims:])
-        if offsets - 1 > (127 if dt is int8 else 32767):
+        if offsets > OFFSET_LIMITS[dt]:
             raise AttributeValueError(f"{type(d).__name__}.return_indices_data_type {dt.name} cannot hold the "
                                       f"{offsets} offsets of the window")
     object.__setattr__(d, "return_indices_data_type", dt)
@@ -195,6 +201,16 @@ class Pooling4dDescriptor:
 
 
 Descriptor = Pooling2dDescriptor | Pooling4dDescriptor
+
+
+def with_window_offsets(d: Pooling2dDescriptor) -> Pooling2dDescriptor | None:
+    """``d`` returning each maximum's offset in its 2-D window (``LOCAL_FLATTEN_2D``) in the smallest dtype that
+    holds it; None for a window too large for 16 bits."""
+    dtype = offsets_dtype(d.kernel_width * d.kernel_height)
+    if dtype is None:
+        return None
+    return dataclasses.replace(d, return_indices_mode=PoolingReturnIndicesMode.LOCAL_FLATTEN_2D,
+                               return_indices_data_type=dtype)
 
 
 def window4(d: Descriptor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], Pairs]:
@@ -474,4 +490,5 @@ class PoolingBuilders(GraphCore):
 
 
 __all__ = ["AVG_POOL2D", "AVG_POOL4D", "L2_NORM_POOL2D", "L2_NORM_POOL4D", "MAX_POOL2D", "MAX_POOL4D",
-           "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingBuilders", "PoolingReturnIndicesMode", "window4"]
+           "Pooling2dDescriptor", "Pooling4dDescriptor", "PoolingBuilders", "PoolingReturnIndicesMode", "offsets_dtype",
+           "window4", "with_window_offsets"]

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..core.dtype import int8, int16
 from ..ir.graph import GraphCore, Operation, Tensor
-from ..ops.pooling import Pooling2dDescriptor, PoolingReturnIndicesMode
+from ..ops.pooling import Pooling2dDescriptor, PoolingReturnIndicesMode, with_window_offsets
 from ..ops.pooling_indices import MAX_POOL2D_GRADIENT, MAX_POOL2D_RETURN_INDICES
 from .program import Program, readers, rewrite
 
@@ -34,12 +33,7 @@ def _compact(d: Pooling2dDescriptor) -> Pooling2dDescriptor | None:
     """``d`` with window offsets in the smallest integer type that holds them, or None where ``d`` keeps its mode."""
     if d.return_indices_mode is not PoolingReturnIndicesMode.GLOBAL_FLATTEN_2D or d.data_layout.channels_last:
         return None  # (a channels-last 2-D window spans H, W and C's one element: its 2-D offset would not locate)
-    window = d.kernel_width * d.kernel_height
-    dtype = int8 if window <= 128 else int16 if window <= 32768 else None
-    if dtype is None or not d.return_indices_data_type.is_integer:
-        return None
-    return dataclasses.replace(d, return_indices_mode=PoolingReturnIndicesMode.LOCAL_FLATTEN_2D,
-                               return_indices_data_type=dtype)
+    return with_window_offsets(d)
 
 
 def compact_pool_indices(program: Program) -> Program:

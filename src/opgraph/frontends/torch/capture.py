@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ...ops.pooling import offsets_dtype
 from .custom_ops import ATTENTION
 from .pool_ops import MAX_POOL2D
 
@@ -193,7 +194,7 @@ def _pool_arguments(node: torch.fx.Node) -> tuple[Any, ...] | None:
         return None
     stride, padding, dilation = (_pair(found.get("stride"), kernel), _pair(found.get("padding", 0), [0, 0]),
                                  _pair(found.get("dilation", 1), [1, 1]))
-    if stride is None or padding is None or dilation is None or kernel[0] * kernel[1] > 32768:
+    if stride is None or padding is None or dilation is None or offsets_dtype(kernel[0] * kernel[1]) is None:
         return None
     return found["input"], kernel, stride, padding, dilation, ceil
 

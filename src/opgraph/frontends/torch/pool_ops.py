@@ -22,14 +22,21 @@ from typing import Any
 
 import torch
 
+from ...core.errors import AttributeValueError
+from ...ops.pooling import offsets_dtype
 from .custom_ops import define_with_backward
 
 Tensor = torch.Tensor
 
 
-def offset_dtype(kernel_size: Sequence[int]) -> torch.dtype:
-    """The smallest integer dtype that holds every offset of the window."""
-    return torch.int8 if kernel_size[0] * kernel_size[1] <= 128 else torch.int16
+def _offset_dtype(kernel_size: Sequence[int]) -> torch.dtype:
+    """The smallest integer dtype that holds every offset of the window (``ops.pooling.offsets_dtype``; the capture
+    takes no window too large for 16 bits)."""
+    dtype = offsets_dtype(kernel_size[0] * kernel_size[1])
+    if dtype is None:
+        raise AttributeValueError(f"opgraph::max_pool2d: a {kernel_size[0]}x{kernel_size[1]} window has more "
+                                  f"offsets than 16 bits hold")
+    return dtype.torch_dtype
 
 
 def _starts(out: int, stride: int, pad: int, device: torch.device) -> Tensor:
@@ -52,7 +59,7 @@ def _max_pool2d(x: Tensor, kernel_size: list[int], stride: list[int], padding: l
     offsets = torch.div(torch.div(index, width, rounding_mode="floor") - hs, dilation[0], rounding_mode="floor") \
         * kernel_size[1] + torch.div(index % width - ws, dilation[1], rounding_mode="floor")
     fmt = _format(x)
-    return values.contiguous(memory_format=fmt), offsets.to(offset_dtype(kernel_size)).contiguous(memory_format=fmt)
+    return values.contiguous(memory_format=fmt), offsets.to(_offset_dtype(kernel_size)).contiguous(memory_format=fmt)
 
 
 def _max_pool2d_fake(x: Tensor, kernel_size: list[int], stride: list[int], padding: list[int], dilation: list[int],
@@ -60,7 +67,7 @@ def _max_pool2d_fake(x: Tensor, kernel_size: list[int], stride: list[int], paddi
     values, _ = torch.ops.aten.max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
     fmt = _format(x)
     return (torch.empty_like(values, memory_format=fmt),
-            torch.empty_like(values, dtype=offset_dtype(kernel_size), memory_format=fmt))
+            torch.empty_like(values, dtype=_offset_dtype(kernel_size), memory_format=fmt))
 
 
 def _max_pool2d_backward(grad: Tensor, offsets: Tensor, input_size: list[int], kernel_size: list[int],
@@ -104,4 +111,4 @@ _register()
 MAX_POOL2D = torch.ops.opgraph.max_pool2d.default
 MAX_POOL2D_BACKWARD = torch.ops.opgraph.max_pool2d_backward.default
 
-__all__ = ["MAX_POOL2D", "MAX_POOL2D_BACKWARD", "offset_dtype"]
+__all__ = ["MAX_POOL2D", "MAX_POOL2D_BACKWARD"]

@@ -4,23 +4,22 @@ for windows of more than 128 elements) and the gradient from them."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ....core.dtype import from_torch
 from ....ir.graph import Tensor
-from ....ops.pooling import Pooling2dDescriptor, PoolingReturnIndicesMode
-from ..pool_ops import MAX_POOL2D, MAX_POOL2D_BACKWARD, offset_dtype
+from ....ops.pooling import Pooling2dDescriptor, with_window_offsets
+from ..pool_ops import MAX_POOL2D, MAX_POOL2D_BACKWARD
 from ..registry import ConvertContext, SymSize, Unsupported, converts
-from .nn import _floating, _ints, _max_pool, _pool_descriptor, _rebatch
+from .nn import _floating, _max_pool, _pool_descriptor, _rebatch
 
 
 def _descriptor(kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> Pooling2dDescriptor:
     d = _pool_descriptor(2, kernel_size, stride, padding, dilation, ceil_mode, indices=True)
     assert isinstance(d, Pooling2dDescriptor)
-    dtype = from_torch(offset_dtype(_ints(kernel_size, 2, "kernel_size")))
-    return dataclasses.replace(d, return_indices_mode=PoolingReturnIndicesMode.LOCAL_FLATTEN_2D,
-                               return_indices_data_type=dtype)
+    local = with_window_offsets(d)
+    if local is None:
+        raise Unsupported(f"window offsets of a {d.kernel_height}x{d.kernel_width} window (more than 16 bits)")
+    return local
 
 
 @converts(MAX_POOL2D)
