@@ -70,3 +70,29 @@ def test_split_rows_refused_where_they_cannot_meet(case: str) -> None:
     with pytest.raises(NotExpressible):
         region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=xblock, rblock=16, looped=True,
                                                    num_warps=4, split=4))
+
+
+def _row_sum_configs(shape: tuple[int, ...], axes: list[int]) -> list[Config]:
+    from unittest import mock
+
+    from opgraph.codegen.triton import configs
+    from opgraph.codegen.triton.region import RegionEmitter
+
+    g = og.Graph()
+    x = g.placeholder(shape, og.float32)
+    y = g.reduce_sum(x, axes)
+    ops, ins = region_of([y])
+    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True):
+        return configs.candidate_configs(RegionEmitter(ops, ins, [y]))
+
+
+def test_split_rows_never_outnumber_the_multiprocessors() -> None:
+    # a row's parts wait at a barrier for each other: VGG16's first bias gradient (64 rows of 64 * 224 * 224,
+    # NCHW) was offered 256 parts of 16384 registers-held elements, fewer of which fit at once, and hung the GPU
+    splits = [(c.split, c.looped, c.rblock) for c in _row_sum_configs((64, 64, 224, 224), [0, 2, 3]) if c.split > 1]
+    assert splits and all(split <= 132 for split, _, _ in splits)
+    assert (128, True, 4096) in splits  # the long row in parts of 128 that each walk their chunk
+    # 262k-element rows (issue 4's widest): 16 and 32 parts holding their chunk in registers, as before
+    wide = _row_sum_configs((8, 262144), [1])
+    assert [(c.split, c.looped) for c in wide if c.split > 1] == [(16, False), (32, False)]

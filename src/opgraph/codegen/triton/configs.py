@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...passes.fuse import SHORT_COLUMN
@@ -95,11 +95,20 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                     for w in (8, 16)]
         return out
     out = [looped]
-    if rnumel is not None and _splittable(em):
+    sms = _multiprocessors()
+    if rnumel is not None and sms and _splittable(em):
+        # a row's parts wait for each other at a barrier, so all of them must be resident at once: programs are
+        # dispatched in order and one a multiprocessor always fits, so at most ``sms`` parts (more hung VGG16)
         for chunk, warps in ((16384, 4), (8192, 4)):
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-            out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
+            if split <= sms:
+                out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
+        parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
+        while parts > 1 and rnumel < parts * 4 * looped.rblock:
+            parts //= 2
+        if parts > 1 and rnumel > sms * 16384:
+            out.append(replace(looped, split=parts))
     return out
 
 
