@@ -45,6 +45,7 @@ from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind, OpDef
 from ..ops import elementwise as ew
 from ..ops import nn, norm, reduce, shape, slicing, unary
+from ..ops._padding import TensorLayout
 from ..ops.batch_norm import BATCH_NORM_TRAINING, BatchNormTrainingAttrs
 from ..ops.batch_norm_grad import stat_dtype
 from ..ops.gather import SCATTER_ALONG_AXIS, ScatterAttrs, ScatterMode
@@ -55,7 +56,9 @@ from ..ops.pooling_indices import MAX_POOL2D_GRADIENT
 from ..ops.resize import RESIZE_NEAREST, ResizeNearestAttrs, ResizeNearestRoundingMode
 from .builder import OpBuilder
 from .dce import dead_code_elimination
+from .layout import TO_NCHW, TO_NHWC
 from .program import Program, rewrite
+from .views import fold_views
 
 Decomposition = Callable[[OpBuilder, Operation, list[Tensor]], "list[Tensor] | None"]
 
@@ -278,15 +281,26 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[T
             or any(pads) or (grad.shape[2], grad.shape[3]) != (height // kh, width // kw) \
             or (height % kh, width % kw) != (0, 0):
         return None
-    up = ResizeNearestAttrs((height, width), center_result=False,
+    # the layout pass hands the pool an NHWC gradient as an NCHW view and reads its result back as NHWC: compute
+    # in NHWC then, so that the ReLU mask and bias sum after it make one NHWC region (a column reduction)
+    nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW
+    layout = TensorLayout.NHWC if nhwc else TensorLayout.NCHW
+    up = ResizeNearestAttrs((height, width), center_result=False, data_layout=layout,
                             nearest_rounding_mode=ResizeNearestRoundingMode.FLOOR)  # source d // k
     dt = idx.dtype.torch_dtype
-    rows = b.constant((torch.arange(height) % kh * kw).to(dt).reshape(1, 1, height, 1), "window_row")
-    cols = b.constant((torch.arange(width) % kw).to(dt).reshape(1, 1, 1, width), "window_column")
+    at_h, at_w = ((1, height, 1, 1), (1, 1, width, 1)) if nhwc else ((1, 1, height, 1), (1, 1, 1, width))
+    rows = b.constant((torch.arange(height) % kh * kw).to(dt).reshape(at_h), "window_row")
+    cols = b.constant((torch.arange(width) % kw).to(dt).reshape(at_w), "window_column")
     offset = b.op(ew.ADD, [rows, cols], part="offset")
+    if nhwc:
+        grad = grad.op.inputs[0]
+        idx = b.op(shape.TRANSPOSE, [idx], shape.TransposeAttrs(TO_NHWC), part="indices_nhwc")
     hit = b.op(ew.EQUAL, [b.op(RESIZE_NEAREST, [idx], up, part="indices"), offset], part="hit")
     spread = b.op(RESIZE_NEAREST, [grad], up, part="gradient")
-    return [b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], last=True)]
+    if not nhwc:
+        return [b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], last=True)]
+    out = b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], part="nhwc")
+    return [b.op(shape.TRANSPOSE, [out], shape.TransposeAttrs(TO_NCHW), last=True)]
 
 
 # ---- batch_norm_training -----------------------------------------------------------------------------
@@ -406,7 +420,10 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
         return DECOMPOSITIONS[op.op](b, op, ins)
 
     # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
-    return dead_code_elimination(rewrite(program, fn))
+    out = dead_code_elimination(rewrite(program, fn))
+    if any(o.op is MAX_POOL2D_GRADIENT for o in chosen):  # an NHWC pool gradient's transpose meets the layout's
+        out = fold_views(out)
+    return out
 
 
 __all__ = ["DECOMPOSITIONS", "decompose_for_fusion"]
