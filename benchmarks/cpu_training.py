@@ -9,6 +9,7 @@ gave back to the system and touched again).
     python benchmarks/cpu_training.py
     python benchmarks/cpu_training.py --models bert --dtypes float32 --iters 10 --repeats 9
     python benchmarks/cpu_training.py --models bert --full --batch 4 --threads 2 --iters 2 --repeats 5
+    python benchmarks/cpu_training.py --models tiny_vgg --dtypes float32 --aot-eager
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full", action="store_true",
                    help="the models at opgraph bench's full sizes (BERT-base, not its small stand-in config)")
     p.add_argument("--batch", type=int, default=None, help="training batch (default: the model's, quick or full)")
+    p.add_argument("--aot-eager", action="store_true",
+                   help="also time torch.compile(backend=\"aot_eager\"): Dynamo and AOTAutograd running the ATen "
+                        "graphs as they are, the share of the gap to eager that any backend pays")
     args = p.parse_args(argv)
     if args.batch is not None and args.batch < 1:
         p.error(f"--batch must be at least 1, got {args.batch}")
@@ -73,25 +77,31 @@ def main(argv: list[str] | None = None) -> int:
             x, y = make_data(m, batch, size, torch.device("cpu"))
             torch._dynamo.reset()
             module = WithLoss(model)
-            compiled = torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})
-            steps = {b: training_step(model, fn, x, y, dtype == "bfloat16")
-                     for b, fn in (("eager", module), ("opgraph", compiled))}
+            backends = {"eager": module,
+                        "opgraph": torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})}
+            if args.aot_eager:
+                backends["aot_eager"] = torch.compile(module, backend="aot_eager")
+            steps = {b: training_step(model, fn, x, y, dtype == "bfloat16") for b, fn in backends.items()}
             counter = PageFaults()
             times = interleaved({b: counter.wrap(b, fn) for b, fn in steps.items()}, args.iters, args.repeats,
                                 lambda: None)
             calls = {b: aten_calls(fn) for b, fn in steps.items()}
             faults = {b: counter.per_call(b) for b in steps}
             e, o = (sorted(t * 1e3 for t in times[b]) for b in ("eager", "opgraph"))
-            rows.append([name, dtype, str(batch), f"{statistics.median(e):.2f} ({e[0]:.2f}-{e[-1]:.2f})",
-                         f"{statistics.median(o):.2f} ({o[0]:.2f}-{o[-1]:.2f})",
-                         f"{statistics.median(e) / statistics.median(o):.2f}x",
-                         f"{calls['eager']} / {calls['opgraph']}",
-                         " / ".join("-" if faults[b] is None else f"{faults[b]:.0f}" for b in ("eager", "opgraph"))])
+            row = [name, dtype, str(batch), f"{statistics.median(e):.2f} ({e[0]:.2f}-{e[-1]:.2f})",
+                   f"{statistics.median(o):.2f} ({o[0]:.2f}-{o[-1]:.2f})",
+                   f"{statistics.median(e) / statistics.median(o):.2f}x"]
+            if args.aot_eager:
+                a = statistics.median(t * 1e3 for t in times["aot_eager"])
+                row += [f"{a:.2f} ({statistics.median(e) / a:.2f}x)"]
+            shown = ("-" if faults[b] is None else f"{faults[b]:.0f}" for b in ("eager", "opgraph"))
+            rows.append(row + [f"{calls['eager']} / {calls['opgraph']}", " / ".join(shown)])
             print(f"  {name} {dtype}: done", flush=True)
     print(f"median ms per step (range) over {args.repeats} interleaved rounds of {args.iters} steps, "
           f"{args.threads} thread(s)")
-    print(format_table(["model", "dtype", "batch", "eager ms", "opgraph ms", "opgraph vs eager",
-                        "ATen calls eager / og", "page faults eager / og"], rows))
+    print(format_table(["model", "dtype", "batch", "eager ms", "opgraph ms", "opgraph vs eager"]
+                       + (["aot_eager ms (vs eager)"] if args.aot_eager else [])
+                       + ["ATen calls eager / og", "page faults eager / og"], rows))
     return 0
 
 

@@ -14,6 +14,9 @@ ReLU before the pool and summed per channel (a convolution bias's gradient), as 
 generated kernel: ``passes.decompose`` spreads the gradient by upsampling) against the kernel before it (the pool's
 backward kernel writes the gradient, a generated kernel masks and sums it). ``of copy`` there: the fused kernel's
 bytes (the activation read, the gradient and offsets read, the masked gradient written) / time / copy bandwidth.
+``graph`` (``--layouts``): ``nchw`` builds NCHW graphs on channels-last tensors; ``nhwc`` builds them as the layout
+pass leaves a CNN's on CUDA (the incoming gradient NHWC, the pool in NCHW between transposes, the ReLU mask and the
+bias sum in NHWC), where ``passes.decompose`` now writes the pool's gradient in NHWC too.
 
     python benchmarks/max_pool.py
     python benchmarks/max_pool.py --dtypes bfloat16 --cases resnet50
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import statistics
 import sys
 from collections.abc import Callable
@@ -96,11 +100,13 @@ def check(x: torch.Tensor, grad: torch.Tensor, k: int, s: int, p: int) -> bool:
         torch.allclose(odx.float(), dx.float(), rtol=1e-2, atol=1e-2)
 
 
-def relu_backward_steps(r: torch.Tensor, grad: torch.Tensor, k: int, device: str,
-                        interpret: bool = False) -> dict[str, Callable[[], list[torch.Tensor]]]:
+def relu_backward_steps(r: torch.Tensor, grad: torch.Tensor, k: int, device: str, interpret: bool = False,
+                        layout: str = "nchw") -> dict[str, Callable[[], list[torch.Tensor]]]:
     """The ReLU-masked gradient of a tiling ``k`` x ``k`` pool of ``r`` (a ReLU's output) and its per-channel sum:
     ``fused`` (one executable: pool gradient, mask and sum in one kernel) and ``apart`` (the pool's backward
-    kernel, then an executable masking and summing its result), from the same int8 window offsets."""
+    kernel, then an executable masking and summing its result), from the same int8 window offsets.
+    ``layout="nhwc"``: the graphs as the layout pass leaves a CNN's: the incoming gradient NHWC, the pool in NCHW
+    between transposes, the mask and the sum in NHWC (the masked gradient comes out NHWC)."""
     window = ((k, k), (k, k), (0, 0), (1, 1))
     h, w = r.shape[2], r.shape[3]
     _, offsets = max_pool.forward(r, window, (grad.shape[2], grad.shape[3]), torch.int8, local=True)
@@ -108,43 +114,49 @@ def relu_backward_steps(r: torch.Tensor, grad: torch.Tensor, k: int, device: str
     d = og.Pooling2dDescriptor(k, k, k, k, return_indices_mode=og.PoolingReturnIndicesMode.LOCAL_FLATTEN_2D,
                                return_indices_data_type=og.int8)
     descriptor = og.CompilationDescriptor(triton_interpret=interpret)
+    nhwc = layout == "nhwc"
 
     def masked(g: og.Graph, rt: og.Tensor, dx: og.Tensor) -> list[og.Tensor]:
+        if nhwc:
+            rt, dx = g.transpose(rt, [0, 2, 3, 1]), g.transpose(dx, [0, 2, 3, 1])
         dy = g.select(g.less_equal(rt, 0.0), 0.0, dx)
-        return [dy, g.reduce_sum(g.cast(dy, og.float32), [0, 2, 3])]
+        return [dy, g.reduce_sum(g.cast(dy, og.float32), [0, 1, 2] if nhwc else [0, 2, 3])]
 
     g = og.Graph()
-    rt, gt = g.placeholder(tuple(r.shape), dtype), g.placeholder(tuple(grad.shape), dtype)
+    gshape = (grad.shape[0], grad.shape[2], grad.shape[3], grad.shape[1]) if nhwc else tuple(grad.shape)
+    rt, gt = g.placeholder(tuple(r.shape), dtype), g.placeholder(gshape, dtype)
     ot = g.placeholder(tuple(offsets.shape), og.int8)
-    fused = g.compile({t: t.type for t in (rt, gt, ot)}, masked(g, rt, g.max_pool2d_gradient(gt, ot, rt, d)),
+    incoming = g.transpose(gt, [0, 3, 1, 2]) if nhwc else gt
+    fused = g.compile({t: t.type for t in (rt, gt, ot)}, masked(g, rt, g.max_pool2d_gradient(incoming, ot, rt, d)),
                       device=device, descriptor=descriptor)
     g2 = og.Graph()
     rt2, dxt = g2.placeholder(tuple(r.shape), dtype), g2.placeholder(tuple(r.shape), dtype)
     apart = g2.compile({rt2: rt2.type, dxt: dxt.type}, masked(g2, rt2, dxt), device=device, descriptor=descriptor)
-    return {"fused": lambda: fused.run([r, grad, offsets]),
+    fed = grad.permute(0, 2, 3, 1) if nhwc else grad  # channels-last memory: the NHWC view is contiguous
+    return {"fused": lambda: fused.run([r, fed, offsets]),
             "apart": lambda: apart.run([r, max_pool.backward(grad, offsets, (h, w), window, local=True)])}
 
 
 def _relu_backward_table(args: argparse.Namespace, dev: og.Device, copy: float) -> bool:
     rows, failed = [], False
     for shape, (k, _, _) in CASES["vgg16"]:  # stride k, no padding: windows that tile the image
-        for name in args.dtypes:
+        for name, layout in itertools.product(args.dtypes, args.layouts):
             r = torch.randn(shape, device="cuda").relu().to(DTYPES[name]).contiguous(memory_format=torch.channels_last)
             grad = torch.randn(shape[0], shape[1], shape[2] // k, shape[3] // k, device="cuda").to(DTYPES[name])
             grad = grad.contiguous(memory_format=torch.channels_last)
-            fns = relu_backward_steps(r, grad, k, "cuda")
+            fns = relu_backward_steps(r, grad, k, "cuda", layout=layout)
             ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3)
                      for a, b in zip(fns["fused"](), fns["apart"](), strict=True))
             failed = failed or not ok
             ms = {b: statistics.median(v) for b, v in fusion.measure(fns, dev, 2, args.repeats).items()}
             moved = 2 * r.numel() * r.element_size() + grad.numel() * (grad.element_size() + 1)
-            rows.append([f"vgg16 {'x'.join(map(str, shape))}", name, f"{ms['apart']:.3f}", f"{ms['fused']:.3f}",
+            rows.append([f"vgg16 {'x'.join(map(str, shape))}", name, layout, f"{ms['apart']:.3f}", f"{ms['fused']:.3f}",
                          f"{ms['apart'] / ms['fused']:.2f}", f"{moved / ms['fused'] / 1e6 / copy:.2f}",
                          "ok" if ok else "FAIL"])
-            print(f"  relu backward {rows[-1][0]} {name}: done", file=sys.stderr, flush=True)
+            print(f"  relu backward {rows[-1][0]} {name} {layout}: done", file=sys.stderr, flush=True)
     print("\npool gradient + ReLU mask + per-channel sum, int8 offsets (ms):")
-    print(format_table(["shape (NCHW)", "dtype", "kernel + region", "one region", "speed-up", "of copy", "check"],
-                       rows))
+    print(format_table(["shape (NCHW)", "dtype", "graph", "kernel + region", "one region", "speed-up", "of copy",
+                        "check"], rows))
     return failed
 
 
@@ -155,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", type=fusion.names_of(list(DTYPES)), default=list(DTYPES),
                     help=f"comma-separated, of {', '.join(DTYPES)}")
     ap.add_argument("--repeats", type=int, default=10, help="timed steps of each backend (median)")
+    ap.add_argument("--layouts", type=fusion.names_of(["nchw", "nhwc"]), default=["nchw", "nhwc"],
+                    help="--relu-backward's graphs: nchw, and/or nhwc as the layout pass leaves a CNN's")
     ap.add_argument("--relu-backward", action="store_true",
                     help="also time the pool gradient fused with the ReLU mask and bias sum (VGG16's pools)")
     args = ap.parse_args(argv)

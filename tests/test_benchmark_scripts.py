@@ -142,17 +142,20 @@ def test_max_pool_benchmark_steps_agree_on_the_cpu() -> None:
     torch.testing.assert_close(fns["opgraph"](), fns["eager"]())
 
 
-def test_max_pool_relu_backward_steps_agree_on_the_cpu() -> None:
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_max_pool_relu_backward_steps_agree_on_the_cpu(layout: str) -> None:
     """``max_pool.py --relu-backward``: the pool gradient fused with the ReLU mask and the channel sums, and the
-    pool's backward kernel before a masking region, from the same int8 offsets (Triton's interpreter)."""
+    pool's backward kernel before a masking region, from the same int8 offsets (Triton's interpreter); ``nhwc``:
+    the graphs as the layout pass leaves them, the masked gradient NHWC."""
     import torch
 
     module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "max_pool.py"))
     r = torch.randn(2, 5, 8, 6).relu().contiguous(memory_format=torch.channels_last)
     grad = torch.randn(2, 5, 4, 3).contiguous(memory_format=torch.channels_last)
-    fns = module["relu_backward_steps"](r, grad, 2, "cpu", interpret=True)
+    fns = module["relu_backward_steps"](r, grad, 2, "cpu", interpret=True, layout=layout)
     fused, apart = fns["fused"](), fns["apart"]()
     assert len(fused) == 2 and fused[1].shape == (5,)
+    assert fused[0].shape == ((2, 8, 6, 5) if layout == "nhwc" else (2, 5, 8, 6))
     for a, b in zip(fused, apart, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
