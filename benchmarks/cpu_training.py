@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             x, y = make_data(m, batch, size, torch.device("cpu"))
             torch._dynamo.reset()
             module = WithLoss(model)
-            backends = {"eager": module,
+            backends: dict[str, Callable[..., torch.Tensor]] = {"eager": module,
                         "opgraph": torch.compile(module, backend="opgraph", options={"warn_fallbacks": False})}
             if args.aot_eager:
                 backends["aot_eager"] = torch.compile(module, backend="aot_eager")

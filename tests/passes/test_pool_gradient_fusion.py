@@ -106,18 +106,22 @@ def test_resize_nearest_fuses_where_it_is_a_whole_upsampling(case: str) -> None:
         torch.testing.assert_close(got, want.permute(0, 2, 3, 1) if nhwc else want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("incoming", ["nhwc", "nchw"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_under_the_layout_pass_the_gradient_is_computed_in_nhwc(k: int) -> None:
+def test_under_the_layout_pass_the_gradient_is_computed_in_nhwc(k: int, incoming: str) -> None:
     """The layout pass leaves a CNN's pool in NCHW between transposes: the NHWC gradient comes in as an NCHW view
     and the result goes back to NHWC for the ReLU. Decomposed in NHWC, the transposes cancel and the pool gradient,
-    the ReLU mask and the bias sum make one region over NHWC (the sum a column reduction over the channels)."""
+    the ReLU mask and the bias sum make one region over NHWC (the sum a column reduction over the channels).
+    ``nchw``: an incoming gradient that is NCHW (VGG's last pool, after the classifier) is read through a
+    transpose; the result still goes straight into the NHWC region."""
     n, c, h, w = 2, 5, 3, 4
     g = og.Graph()
-    gy = g.placeholder((n, h, w, c), og.float32, name="gy")  # NHWC, as the convolution's data gradient is
+    nhwc = incoming == "nhwc"
+    gy = g.placeholder((n, h, w, c) if nhwc else (n, c, h, w), og.float32, name="gy")
     idx = g.placeholder((n, c, h, w), og.int8, name="idx")
     r = g.placeholder((n, c, h * k, w * k), og.float32, name="r")
     d = og.Pooling2dDescriptor(k, k, k, k, return_indices_mode=M.LOCAL_FLATTEN_2D, return_indices_data_type=og.int8)
-    dx = g.max_pool2d_gradient(g.transpose(gy, [0, 3, 1, 2]), idx, r, d)
+    dx = g.max_pool2d_gradient(g.transpose(gy, [0, 3, 1, 2]) if nhwc else gy, idx, r, d)
     masked = g.select(g.less_equal(g.transpose(r, [0, 2, 3, 1]), 0.0), 0.0, g.transpose(dx, [0, 2, 3, 1]))
     outs = [masked, g.reduce_sum(masked, [0, 1, 2])]
     types = {t: t.type for t in (gy, idx, r)}
@@ -132,8 +136,9 @@ def test_under_the_layout_pass_the_gradient_is_computed_in_nhwc(k: int) -> None:
     _, index = torch.ops.aten.max_pool2d_with_indices(rv, [k, k], [k, k])
     # the window offset of each maximum from PyTorch's flat index: (row % k) * k + column % k
     offsets = ((index // (w * k)) % k * k + index % (w * k) % k).to(torch.int8)
-    got = exe.run([gv.permute(0, 2, 3, 1).contiguous(), offsets, rv])
-    want = g.compile(types, outs, descriptor=PLAIN).run([gv.permute(0, 2, 3, 1).contiguous(), offsets, rv])
+    fed = gv.permute(0, 2, 3, 1).contiguous() if nhwc else gv
+    got = exe.run([fed, offsets, rv])
+    want = g.compile(types, outs, descriptor=PLAIN).run([fed, offsets, rv])
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     oracle = torch.ops.aten.max_pool2d_with_indices_backward(gv, rv, [k, k], [k, k], [0, 0], [1, 1], False, index)

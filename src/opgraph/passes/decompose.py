@@ -261,7 +261,8 @@ def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | N
 
 
 # ---- max_pool2d_gradient --------------------------------------------------------------------------------
-def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_nhwc: bool = False
+                       ) -> list[Tensor] | None:
     """Windows that tile the image (stride = window, no padding, dilation or remainder), indices their offsets in
     the window (``passes.pool_indices``): each element gets its window's gradient where the window's offset names
     it, ``select(upsampled offsets == (h % kh) * kw + w % kw, upsampled gradient, 0)``. Elementwise on whole
@@ -281,9 +282,11 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[T
             or any(pads) or (grad.shape[2], grad.shape[3]) != (height // kh, width // kw) \
             or (height % kh, width % kw) != (0, 0):
         return None
-    # the layout pass hands the pool an NHWC gradient as an NCHW view and reads its result back as NHWC: compute
-    # in NHWC then, so that the ReLU mask and bias sum after it make one NHWC region (a column reduction)
-    nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW
+    # the layout pass hands the pool an NHWC gradient as an NCHW view and reads its result back as NHWC
+    # (``read_as_nhwc``: only through such transposes): compute in NHWC then, so that the ReLU mask and the bias
+    # sum after it make one NHWC region, a column reduction (an NCHW result there was read against its order)
+    from_nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW
+    nhwc = from_nhwc or read_as_nhwc
     layout = TensorLayout.NHWC if nhwc else TensorLayout.NCHW
     up = ResizeNearestAttrs((height, width), center_result=False, data_layout=layout,
                             nearest_rounding_mode=ResizeNearestRoundingMode.FLOOR)  # source d // k
@@ -292,8 +295,9 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[T
     rows = b.constant((torch.arange(height) % kh * kw).to(dt).reshape(at_h), "window_row")
     cols = b.constant((torch.arange(width) % kw).to(dt).reshape(at_w), "window_column")
     offset = b.op(ew.ADD, [rows, cols], part="offset")
-    if nhwc:
-        grad = grad.op.inputs[0]
+    if nhwc:  # an NCHW incoming gradient is read through a transpose (a quarter of the elements, from L2)
+        grad = grad.op.inputs[0] if from_nhwc else b.op(shape.TRANSPOSE, [grad], shape.TransposeAttrs(TO_NHWC),
+                                                            part="gradient_nhwc")
         idx = b.op(shape.TRANSPOSE, [idx], shape.TransposeAttrs(TO_NHWC), part="indices_nhwc")
     hit = b.op(ew.EQUAL, [b.op(RESIZE_NEAREST, [idx], up, part="indices"), offset], part="hit")
     spread = b.op(RESIZE_NEAREST, [grad], up, part="gradient")
@@ -348,6 +352,13 @@ def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] 
 
 
 BatchNormChoice = bool | Callable[[Operation], bool]  # which batch_norm_training ops to decompose
+
+def _read_as_nhwc(t: Tensor, readers: dict[int, list[Operation]], outputs: set[int]) -> bool:
+    """Every reader of ``t`` transposes it to NHWC (the layout pass's way back from an NCHW op)."""
+    found = readers.get(id(t), [])
+    return bool(found) and id(t) not in outputs and all(
+        o.op is shape.TRANSPOSE and tuple(o.attrs.perm) == TO_NHWC for o in found)
+
 
 DECOMPOSITIONS: dict[OpDef, Decomposition] = {
     norm.GROUP_NORM: _group_norm,
@@ -417,6 +428,8 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
             return [y]
         if id(op) not in ids:
             return None
+        if op.op is MAX_POOL2D_GRADIENT:
+            return _max_pool_gradient(b, op, ins, read_as_nhwc=_read_as_nhwc(op.outputs[0], readers, outputs))
         return DECOMPOSITIONS[op.op](b, op, ins)
 
     # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
