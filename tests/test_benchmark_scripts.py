@@ -238,3 +238,12 @@ def test_profile_backend_names_the_graph_op_behind_each_aten_op() -> None:
         torch.ones(3).add_(1)  # outside any executable
     kinds = {e.name: module["graph_op"](e) for e in prof.events() if e.name.startswith("aten::")}
     assert kinds["aten::exp"] == "exp" and kinds["aten::sum"] == "reduce_sum" and kinds["aten::add_"] == "-"
+
+
+def test_cpu_training_times_aot_eager_beside_opgraph(capsys: pytest.CaptureFixture[str]) -> None:
+    """``cpu_training.py --aot-eager`` on a stand-in: a third timed column, Dynamo and AOTAutograd alone."""
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "cpu_training.py"))
+    assert module["main"](["--models", "tiny_cnn", "--dtypes", "float32", "--iters", "1", "--repeats", "1",
+                           "--aot-eager"]) == 0
+    table = capsys.readouterr().out
+    assert "aot_eager ms (range, vs eager)" in table and "tiny_cnn" in table

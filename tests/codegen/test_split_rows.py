@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from unittest import mock
 
 import pytest
 import torch
@@ -16,9 +17,10 @@ import torch
 pytest.importorskip("triton")
 
 import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import configs  # noqa: E402
 from opgraph.codegen.triton.expr import NotExpressible  # noqa: E402
 from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
-from opgraph.codegen.triton.region import Config  # noqa: E402
+from opgraph.codegen.triton.region import Config, RegionEmitter  # noqa: E402
 from tests.codegen.test_region_gpu import CASES  # noqa: E402
 
 SPIN = re.compile(r"^(\s*)while tl\.load\(cnt [^\n]*volatile=True\) < \d+:$", re.M)
@@ -73,11 +75,6 @@ def test_split_rows_refused_where_they_cannot_meet(case: str) -> None:
 
 
 def _row_sum_configs(shape: tuple[int, ...], axes: list[int]) -> list[Config]:
-    from unittest import mock
-
-    from opgraph.codegen.triton import configs
-    from opgraph.codegen.triton.region import RegionEmitter
-
     g = og.Graph()
     x = g.placeholder(shape, og.float32)
     y = g.reduce_sum(x, axes)
@@ -96,3 +93,15 @@ def test_split_rows_never_outnumber_the_multiprocessors() -> None:
     # 262k-element rows (issue 4's widest): 16 and 32 parts holding their chunk in registers, as before
     wide = _row_sum_configs((8, 262144), [1])
     assert [(c.split, c.looped) for c in wide if c.split > 1] == [(16, False), (32, False)]
+
+
+def test_a_row_split_past_the_multiprocessors_is_refused() -> None:
+    # a configuration given by hand (benchmarks/reduction_configs.py) is held to the same bound as the tuner's
+    g = og.Graph()
+    x = g.placeholder((4, 4096), og.float32)
+    y = g.reduce_sum(x, [1])
+    ops, ins = region_of([y])
+    with mock.patch.object(configs, "_multiprocessors", lambda: 8):
+        region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=512, num_warps=4, split=8))
+        with pytest.raises(NotExpressible, match="16 parts: more than the 8 multiprocessors"):
+            region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=256, num_warps=4, split=16))

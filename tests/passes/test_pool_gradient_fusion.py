@@ -143,3 +143,29 @@ def test_under_the_layout_pass_the_gradient_is_computed_in_nhwc(k: int, incoming
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     oracle = torch.ops.aten.max_pool2d_with_indices_backward(gv, rv, [k, k], [k, k], [0, 0], [1, 1], False, index)
     torch.testing.assert_close(got[0], torch.where(rv <= 0, 0.0, oracle).permute(0, 2, 3, 1), rtol=0, atol=0)
+
+
+def test_an_nhwc_incoming_gradient_read_as_nchw_stays_nchw() -> None:
+    """Found by a review: the NHWC form is for results that only transposes to NHWC read. An NCHW ReLU mask and
+    bias sum after a pool whose incoming gradient is an NHWC tensor's view keep one NCHW region, the gradient
+    read through the view."""
+    n, c, h, w, k = 2, 5, 3, 4, 2
+    g = og.Graph()
+    gy = g.placeholder((n, h, w, c), og.float32, name="gy")
+    idx = g.placeholder((n, c, h, w), og.int8, name="idx")
+    r = g.placeholder((n, c, h * k, w * k), og.float32, name="r")
+    d = og.Pooling2dDescriptor(k, k, k, k, return_indices_mode=M.LOCAL_FLATTEN_2D, return_indices_data_type=og.int8)
+    dx = g.max_pool2d_gradient(g.transpose(gy, [0, 3, 1, 2]), idx, r, d)
+    masked = g.select(g.less_equal(r, 0.0), 0.0, dx)
+    outs = [masked, g.reduce_sum(masked, [0, 2, 3])]
+    exe = g.compile({t: t.type for t in (gy, idx, r)}, outs, descriptor=FUSED)
+    ops = exe.program.graph.ops
+    (region,) = [[s.op for s in o.attrs.steps] for o in ops if o.op is FUSED_REGION]
+    assert region.count("resize_nearest") == 2 and region[-3:] == ["less_equal", "select", "reduce_sum"], region
+    assert not any(o.op.name == "transpose" for o in ops)  # the incoming view joined the region; nothing after it
+    gen = torch.Generator().manual_seed(0)
+    offsets = torch.randint(0, k * k, (n, c, h, w), generator=gen).to(torch.int8)
+    feeds = [torch.randn(n, h, w, c, generator=gen), offsets, torch.randn(n, c, h * k, w * k, generator=gen)]
+    want = g.compile({t: t.type for t in (gy, idx, r)}, outs, descriptor=PLAIN).run(feeds)
+    for a, b in zip(exe.run(feeds), want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

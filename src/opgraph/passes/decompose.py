@@ -19,7 +19,8 @@ decomposition needs are static; otherwise it is left for its own lowering.
   over the whole tensor.
 * ``max_pool2d_gradient`` of windows that tile the image, from window offsets (``LOCAL_FLATTEN_2D``, as
   ``passes.pool_indices`` and the torch backend's training steps keep them): ``select(upsampled offsets ==
-  offset of the element, upsampled gradient, 0)``, so it joins the region of the ReLU's gradient after it.
+  offset of the element, upsampled gradient, 0)``, so it joins the region of the ReLU's gradient after it; in NHWC
+  where only transposes to NHWC read it (the layout pass's CNNs), those transposes then folded away.
 * ``batch_norm_training(x)`` (where ``batch_norm`` asks for it: ``CompilationDescriptor.batch_norm_regions``
   chooses between this and the vendor kernel): two sums of ``x`` shifted by its first element per channel (one
   reduction region, a column reduction for NHWC), then the normalisation, which joins the elementwise ops after
@@ -261,13 +262,25 @@ def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | N
 
 
 # ---- max_pool2d_gradient --------------------------------------------------------------------------------
+def _read_as_nhwc(t: Tensor, readers: dict[int, list[Operation]], outputs: set[int]) -> bool:
+    """Every reader of ``t`` transposes it to NHWC (the layout pass's way back from an NCHW op)."""
+    found = readers.get(id(t), [])
+    return bool(found) and id(t) not in outputs and all(
+        o.op is shape.TRANSPOSE and tuple(o.attrs.perm) == TO_NHWC for o in found)
+
+
 def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_nhwc: bool = False
                        ) -> list[Tensor] | None:
     """Windows that tile the image (stride = window, no padding, dilation or remainder), indices their offsets in
     the window (``passes.pool_indices``): each element gets its window's gradient where the window's offset names
     it, ``select(upsampled offsets == (h % kh) * kw + w % kw, upsampled gradient, 0)``. Elementwise on whole
     upsamplings (index rules), it joins the region of the ReLU's gradient and the bias sums after it, instead of
-    a kernel that writes the gradient for that region to read back."""
+    a kernel that writes the gradient for that region to read back.
+
+    ``read_as_nhwc`` (only transposes to NHWC read the result, as the layout pass leaves a CNN's pools): the same
+    in NHWC, the offsets (and an NCHW incoming gradient) read through transposes, the result transposed back to
+    NCHW; ``decompose_for_fusion`` then folds that transpose into its readers', so the ReLU mask and the bias sum
+    make one NHWC region with it, the sum a column reduction (an NCHW result would be read against its order)."""
     d = op.attrs.descriptor
     grad, idx = ins[:2]
     y = op.outputs[0]
@@ -282,11 +295,8 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_n
             or any(pads) or (grad.shape[2], grad.shape[3]) != (height // kh, width // kw) \
             or (height % kh, width % kw) != (0, 0):
         return None
-    # the layout pass hands the pool an NHWC gradient as an NCHW view and reads its result back as NHWC
-    # (``read_as_nhwc``: only through such transposes): compute in NHWC then, so that the ReLU mask and the bias
-    # sum after it make one NHWC region, a column reduction (an NCHW result there was read against its order)
-    from_nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW
-    nhwc = from_nhwc or read_as_nhwc
+    nhwc = read_as_nhwc
+    from_nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW  # the layout pass's view
     layout = TensorLayout.NHWC if nhwc else TensorLayout.NCHW
     up = ResizeNearestAttrs((height, width), center_result=False, data_layout=layout,
                             nearest_rounding_mode=ResizeNearestRoundingMode.FLOOR)  # source d // k
@@ -295,7 +305,7 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_n
     rows = b.constant((torch.arange(height) % kh * kw).to(dt).reshape(at_h), "window_row")
     cols = b.constant((torch.arange(width) % kw).to(dt).reshape(at_w), "window_column")
     offset = b.op(ew.ADD, [rows, cols], part="offset")
-    if nhwc:  # an NCHW incoming gradient is read through a transpose (a quarter of the elements, from L2)
+    if nhwc:  # an NCHW incoming gradient is read through a transpose (1 / (kh * kw) of the elements)
         grad = grad.op.inputs[0] if from_nhwc else b.op(shape.TRANSPOSE, [grad], shape.TransposeAttrs(TO_NHWC),
                                                             part="gradient_nhwc")
         idx = b.op(shape.TRANSPOSE, [idx], shape.TransposeAttrs(TO_NHWC), part="indices_nhwc")
@@ -352,12 +362,6 @@ def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] 
 
 
 BatchNormChoice = bool | Callable[[Operation], bool]  # which batch_norm_training ops to decompose
-
-def _read_as_nhwc(t: Tensor, readers: dict[int, list[Operation]], outputs: set[int]) -> bool:
-    """Every reader of ``t`` transposes it to NHWC (the layout pass's way back from an NCHW op)."""
-    found = readers.get(id(t), [])
-    return bool(found) and id(t) not in outputs and all(
-        o.op is shape.TRANSPOSE and tuple(o.attrs.perm) == TO_NHWC for o in found)
 
 
 DECOMPOSITIONS: dict[OpDef, Decomposition] = {
@@ -428,15 +432,16 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
             return [y]
         if id(op) not in ids:
             return None
-        if op.op is MAX_POOL2D_GRADIENT:
-            return _max_pool_gradient(b, op, ins, read_as_nhwc=_read_as_nhwc(op.outputs[0], readers, outputs))
+        if op.op is MAX_POOL2D_GRADIENT and _read_as_nhwc(op.outputs[0], readers, outputs):
+            out = _max_pool_gradient(b, op, ins, read_as_nhwc=True)
+            transposed.append(out is not None)
+            return out
         return DECOMPOSITIONS[op.op](b, op, ins)
 
+    transposed: list[bool] = []  # NHWC pool gradients, whose transpose back meets their readers' transposes
     # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
     out = dead_code_elimination(rewrite(program, fn))
-    if any(o.op is MAX_POOL2D_GRADIENT for o in chosen):  # an NHWC pool gradient's transpose meets the layout's
-        out = fold_views(out)
-    return out
+    return fold_views(out) if any(transposed) else out
 
 
 __all__ = ["DECOMPOSITIONS", "decompose_for_fusion"]

@@ -105,9 +105,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             if split <= sms:
                 out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
-        while parts > 1 and rnumel < parts * 4 * looped.rblock:
-            parts //= 2
-        if parts > 1 and rnumel > sms * 16384:
+        if parts > 1 and rnumel > parts * 16384:
             out.append(replace(looped, split=parts))
     return out
 

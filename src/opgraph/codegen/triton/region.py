@@ -32,6 +32,7 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from ...ops import reduce as rd
+from . import configs
 from . import indexing as ix
 from ._text import (
     INT_NEUTRAL,
@@ -478,8 +479,11 @@ class RegionEmitter:
 
     def exchange(self, partials: list[str]) -> list[str]:
         """Each program's row partials ([XBLOCK, 1]) as [XBLOCK, split] tiles of every program of the row: each
-        writes its partials to the workspace, counts itself in at the row's barrier and waits for the others
-        (they are resident: the grid is dispatched in order and a row's programs are consecutive)."""
+        writes its partials to the workspace, counts itself in at the row's barrier and waits for the others.
+        They are resident: a row's programs are consecutive, the grid is dispatched in order (observed, not
+        promised by CUDA) and there are at most as many as multiprocessors, each of which holds one (a row split
+        into more is refused: VGG16's 512 parts hung). A kernel running beside it on another stream could still
+        take those multiprocessors; opgraph launches on one stream."""
         split = self.config.split
         group = self.barriers
         self.barriers += 1
@@ -688,6 +692,10 @@ class RegionEmitter:
             elif cfg.split > 1:
                 if cfg.xblock != 1:
                     raise NotExpressible("a split row is one row a program (XBLOCK 1)")
+                sms = configs._multiprocessors()
+                if sms and cfg.split > sms:  # its parts wait for each other (``exchange``): all must be resident
+                    raise NotExpressible(f"a row split into {cfg.split} parts: more than the {sms} multiprocessors "
+                                         f"sure to hold them all at once")
                 if not float32_statistics(self.reductions):  # the parts meet in a float32 workspace
                     raise NotExpressible("a split row of integers or float64")
                 self.emit(f"row = {pid} // {cfg.split}")
