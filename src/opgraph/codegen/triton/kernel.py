@@ -31,6 +31,7 @@ from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
 from ...ir.opdef import FusionKind
+from . import tuning_records
 from ._text import MAX_BARRIERS, WS_PARTS, generated
 from .expr import NotExpressible
 from .region import Config, RegionEmitter, candidate_configs
@@ -132,20 +133,36 @@ class RegionKernel:
     def _tune(self, inputs: Sequence[torch.Tensor]) -> RegionKernel:
         """The fastest of this kernel and its alternatives on these inputs (device time between CUDA events of a
         few launches each, queued behind a spinning kernel; outputs go to fresh buffers, so a caller's ``out=``
-        buffer is never written twice)."""
+        buffer is never written twice). The choice is recorded on disk (``tuning_records``): a later process
+        that finds it launches that configuration without compiling and timing the others."""
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
+        folder = self.cache_dir or default_cache_dir()
+        key = tuning_records.record_key(self.key, inputs) if tuning_records.enabled() else None
+        remembered = tuning_records.lookup(key, folder) if key is not None else None
+        if remembered is not None:  # a decision of an earlier process, if this kernel still offers it
+            if remembered == self.config:
+                return self
+            for k in self.alternatives():
+                if k.config == remembered:
+                    return k
         timed: list[tuple[float, int, RegionKernel]] = []
         candidates = [self, *self.alternatives()]
         compile_in_threads(candidates, inputs)
-        with torch.cuda.device(inputs[0].device):
+        dev = inputs[0].device
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
             for k in candidates:
                 try:
                     k(*inputs)
                     timed.append((_device_ms(k, inputs), len(timed), k))
                 except Exception:  # a configuration that does not compile (resources) is skipped
                     continue
-        return min(timed)[2] if timed else self
+        if not timed:
+            return self
+        best = min(timed)[2]
+        if key is not None:
+            tuning_records.store(key, best.config, folder)
+        return best
 
     def _inner_axis(self, inputs: Sequence[torch.Tensor]) -> int | None:
         """The domain dim that most bytes of the inputs read at the domain's index store contiguously (the

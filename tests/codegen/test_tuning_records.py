@@ -1,0 +1,95 @@
+"""Tuning decisions recorded on disk (``codegen.triton.tuning_records``): a kernel tuned once is launched with the
+recorded winner by a later process (a fresh ``RegionKernel`` of the same source) without timing its candidates; a
+record the kernel no longer offers, or one that does not parse, is ignored and the kernel tuned again. On the CPU,
+under Triton's interpreter, with the device timing replaced by a fake (``_tune`` itself is GPU code)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import configs, tuning_records  # noqa: E402
+from opgraph.codegen.triton import kernel as kmod  # noqa: E402
+from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
+from opgraph.codegen.triton.region import Config  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _column_sum(folder: Path) -> RegionKernel:
+    """A column sum whose candidates include split ones (132 multiprocessors pretended)."""
+    g = og.Graph()
+    x = g.placeholder((2048, 64), og.float32)
+    y = g.reduce_sum(g.relu(x), [0])
+    ops, ins = region_of([y])
+    return region_kernel(ops, ins, [y], cache_dir=folder)
+
+
+@pytest.fixture
+def tuner(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Config]]:
+    """Tuning on the CPU: every input big enough, no compile threads, and a fake device time that makes the third
+    candidate the fastest; ``timed`` lists the configurations timed."""
+    monkeypatch.setattr(kmod, "TUNE_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(kmod, "compile_in_threads", lambda kernels, inputs: None)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen: dict[str, list[Config]] = {"timed": [], "order": []}
+
+    def device_ms(k: RegionKernel, inputs: object) -> float:
+        seen["timed"].append(k.config)
+        return 1.0 if len(seen["timed"]) != 3 else 0.5
+
+    monkeypatch.setattr(kmod, "_device_ms", device_ms)
+    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True):
+        yield seen
+
+
+def test_a_later_process_launches_the_recorded_winner_untimed(tuner: dict[str, list[Config]],
+                                                               tmp_path: Path) -> None:
+    xv = torch.randn(2048, 64)
+    first = _column_sum(tmp_path)
+    best = first._tune([xv])
+    assert len(tuner["timed"]) >= 3 and best.config == tuner["timed"][2] and best is not first
+    assert len(list((tmp_path / "tuning").glob("*.json"))) == 1
+    tuner["timed"].clear()
+    again = _column_sum(tmp_path)  # what a new process builds: the same source, no in-memory choice
+    chosen = again._tune([xv])
+    assert tuner["timed"] == [] and chosen.config == best.config
+    torch.testing.assert_close(chosen(xv)[0], xv.relu().sum(0), rtol=1e-5, atol=1e-4)
+    # inputs stored otherwise (a transposed copy) make a decision of their own
+    other = xv.t().contiguous().t()
+    assert tuning_records.record_key(again.key, [other]) != tuning_records.record_key(again.key, [xv])
+
+
+@pytest.mark.parametrize("record", ["stale", "garbled", "wrong-type"])
+def test_a_record_the_kernel_cannot_use_is_tuned_again(tuner: dict[str, list[Config]], tmp_path: Path,
+                                                       record: str) -> None:
+    xv = torch.randn(2048, 64)
+    kernel = _column_sum(tmp_path)
+    key = tuning_records.record_key(kernel.key, [xv])
+    path = tmp_path / "tuning" / f"{key}.json"
+    path.parent.mkdir(parents=True)
+    text = {"stale": json.dumps({"reduction": True, "xblock": 4, "rblock": 4, "looped": True, "split": 3}),
+            "garbled": "{not json", "wrong-type": json.dumps({"reduction": "yes", "xblock": 64})}[record]
+    path.write_text(text)
+    best = kernel._tune([xv])
+    assert tuner["timed"] and best.config == tuner["timed"][2]
+    assert tuning_records.lookup(key, tmp_path) == best.config  # the new decision replaced the record
+
+
+def test_records_can_be_turned_off(tuner: dict[str, list[Config]], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPGRAPH_TUNING_RECORDS", "0")
+    xv = torch.randn(2048, 64)
+    _column_sum(tmp_path)._tune([xv])
+    assert not (tmp_path / "tuning").exists()
+    tuner["timed"].clear()
+    _column_sum(tmp_path)._tune([xv])
+    assert tuner["timed"]
