@@ -140,14 +140,11 @@ class RegionKernel:
         folder = self.cache_dir or default_cache_dir()
         key = tuning_records.record_key(self.key, inputs) if tuning_records.enabled() else None
         remembered = tuning_records.lookup(key, folder) if key is not None else None
-        if remembered is not None:  # a decision of an earlier process, if this kernel still offers it
-            if remembered == self.config:
-                return self
-            for k in self.alternatives():
-                if k.config == remembered:
-                    return k
-        timed: list[tuple[float, int, RegionKernel]] = []
         candidates = [self, *self.alternatives()]
+        for k in candidates:  # a decision of an earlier process, if this kernel still offers it
+            if k.config == remembered:
+                return k
+        timed: list[tuple[float, int, RegionKernel]] = []
         compile_in_threads(candidates, inputs)
         dev = inputs[0].device
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
