@@ -1,6 +1,7 @@
 """Tuning decisions recorded on disk (``codegen.triton.tuning_records``): a kernel tuned once is launched with the
 recorded winner by a later process (a fresh ``RegionKernel`` of the same source) without timing its candidates; a
-record the kernel no longer offers, or one that does not parse, is ignored and the kernel tuned again. On the CPU,
+record of other candidates, of a configuration not offered, or one that does not parse is ignored and the kernel
+tuned again. On the CPU,
 under Triton's interpreter, with the device timing replaced by a fake (``_tune`` itself is GPU code)."""
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def _column_sum(folder: Path) -> RegionKernel:
     y = g.reduce_sum(g.relu(x), [0])
     ops, ins = region_of([y])
     return region_kernel(ops, ins, [y], cache_dir=folder)
+
+
+def _key(kernel: RegionKernel, inputs: list[torch.Tensor]) -> str:
+    offered = repr([k.config for k in [kernel, *kernel.alternatives()]])
+    return tuning_records.record_key(kernel.key, offered, inputs)
 
 
 @pytest.fixture
@@ -65,7 +71,19 @@ def test_a_later_process_launches_the_recorded_winner_untimed(tuner: dict[str, l
     torch.testing.assert_close(chosen(xv)[0], xv.relu().sum(0), rtol=1e-5, atol=1e-4)
     # inputs stored otherwise (a transposed copy) make a decision of their own
     other = xv.t().contiguous().t()
-    assert tuning_records.record_key(again.key, [other]) != tuning_records.record_key(again.key, [xv])
+    assert _key(again, [other]) != _key(again, [xv])
+
+
+def test_a_candidate_added_since_the_record_is_timed(tuner: dict[str, list[Config]], tmp_path: Path) -> None:
+    xv = torch.randn(2048, 64)
+    first = _column_sum(tmp_path)
+    every = first.alternatives
+    first.alternatives = lambda: every()[:1]  # an older opgraph offered fewer candidates
+    first._tune([xv])
+    assert len(tuner["timed"]) == 2
+    tuner["timed"].clear()
+    _column_sum(tmp_path)._tune([xv])  # now with all of them: the old choice is not taken for the new set
+    assert len(tuner["timed"]) > 2
 
 
 @pytest.mark.parametrize("record", ["stale", "garbled", "wrong-type"])
@@ -73,7 +91,7 @@ def test_a_record_the_kernel_cannot_use_is_tuned_again(tuner: dict[str, list[Con
                                                        record: str) -> None:
     xv = torch.randn(2048, 64)
     kernel = _column_sum(tmp_path)
-    key = tuning_records.record_key(kernel.key, [xv])
+    key = _key(kernel, [xv])
     path = tmp_path / "tuning" / f"{key}.json"
     path.parent.mkdir(parents=True)
     text = {"stale": json.dumps({"reduction": True, "xblock": 4, "rblock": 4, "looped": True, "split": 3}),

@@ -138,10 +138,12 @@ class RegionKernel:
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
         folder = self.cache_dir or default_cache_dir()
-        key = tuning_records.record_key(self.key, inputs) if tuning_records.enabled() else None
-        remembered = tuning_records.lookup(key, folder) if key is not None else None
         candidates = [self, *self.alternatives()]
-        for k in candidates:  # a decision of an earlier process, if this kernel still offers it
+        # the candidates are part of the key: a configuration added since is timed, not passed over
+        offered = repr([k.config for k in candidates])
+        key = tuning_records.record_key(self.key, offered, inputs) if tuning_records.enabled() else None
+        remembered = tuning_records.lookup(key, folder) if key is not None else None
+        for k in candidates:  # a decision of an earlier process
             if k.config == remembered:
                 return k
         timed: list[tuple[float, int, RegionKernel]] = []

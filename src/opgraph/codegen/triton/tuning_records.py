@@ -1,11 +1,11 @@
 """Tuning decisions kept on disk: which launch configuration of a generated kernel ``RegionKernel._tune`` found
-fastest, per kernel source, input shapes and strides, GPU, and Triton and PyTorch versions, so that a later process
-(a restarted training run, the next test file) launches the winner at once instead of compiling and timing every
-candidate again. Triton keeps the compiled binaries in its own cache; this keeps only the choice.
+fastest, per kernel source, its candidates, input shapes and strides, GPU, and Triton and PyTorch versions, so that
+a later process (a restarted training run, the next test file) launches the winner at once instead of compiling and
+timing every candidate again. Triton keeps the compiled binaries in its own cache; this keeps only the choice.
 
 Each record is a small JSON file named after its key, written atomically, under ``tuning/`` in the kernel source
-cache directory. A record is a hint, never trusted blindly: a configuration the kernel no longer offers (the
-candidates changed) or a file that does not parse is ignored, and the kernel is tuned again.
+cache directory. A record is a hint, never trusted blindly: candidates that changed since (one added, or the
+recorded one gone) make another key, and a file that does not parse is ignored; the kernel is tuned again.
 ``OPGRAPH_TUNING_RECORDS=0`` turns reading and writing them off.
 
 >>> import tempfile, pathlib
@@ -39,14 +39,15 @@ def enabled() -> bool:
     return os.environ.get("OPGRAPH_TUNING_RECORDS", "1") != "0"
 
 
-def record_key(source_key: str, inputs: Sequence[torch.Tensor]) -> str:
-    """What a decision depends on beyond the source: the inputs' shapes and strides, the GPU and the versions of
-    the compilers that made the candidates."""
+def record_key(source_key: str, candidates: str, inputs: Sequence[torch.Tensor]) -> str:
+    """What a decision depends on beyond the kernel's source: the candidates it was chosen from (a text naming
+    them), the inputs' shapes and strides, the GPU and the versions of the compilers that made the candidates."""
     import triton
 
     dev = inputs[0].device
     gpu = (torch.cuda.get_device_name(dev), torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else "cpu"
-    parts = [source_key, [(tuple(x.shape), x.stride()) for x in inputs], gpu, triton.__version__, torch.__version__]
+    parts = [source_key, candidates, [(tuple(x.shape), x.stride()) for x in inputs], gpu, triton.__version__,
+             torch.__version__]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
