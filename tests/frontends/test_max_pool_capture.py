@@ -6,6 +6,7 @@ against eager: the forward program stores int8 offsets."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -146,3 +147,27 @@ def test_inference_pools_keep_no_int64_indices() -> None:
     dtypes = [t.dtype for r in reports for o in r.executable.program.graph.ops
               if o.op.name == "max_pool2d_return_indices" for t in o.outputs[1:]]
     assert dtypes == [og.int8, og.int8]
+
+
+def test_a_vgg_block_gradient_is_one_nhwc_region_under_the_layout_pass() -> None:
+    """Channels-last convolution graphs (the CUDA default, forced here under the interpreter): each 2x2 pool's
+    gradient is computed in NHWC inside the region of the ReLU mask and the bias sum before it. Split across an
+    NCHW region and a region reading it back against its order, VGG16's first step hung the GPU (RESULTS.md,
+    fifteenth session). The step's gradients equal eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 3 * 3, 5))
+    x = torch.randn(2, 3, 12, 12)
+    mine, ref = copy.deepcopy(model), model
+    with recording() as reports, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled(mine, {"triton_interpret": True, "channels_last": True})(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(mine.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    (backward,) = [r.executable for r in reports if r.kind == "backward"]
+    ops = backward.program.graph.ops
+    assert not any(o.op.name == "max_pool2d_gradient" for o in ops)
+    pooled = [[s.op for s in o.attrs.steps] for o in ops if o.op.name == "fused_region"
+              and any(s.op == "resize_nearest" for s in o.attrs.steps)]
+    assert len(pooled) == 2 and all("reduce_sum" in steps and "less_equal" in steps for steps in pooled), pooled
