@@ -52,7 +52,7 @@ def cases(args: argparse.Namespace, device: str) -> tuple[list[tuple[list[Any], 
     from opgraph.codegen.triton.kernel import region_kernel
 
     if device == "cpu":  # the GPU's candidate set: it depends on the multiprocessor count
-        configs._multiprocessors = lambda: args.sms
+        configs.multiprocessors = lambda: args.sms
     out, emitting = [], 0.0
     for region in columns.REGIONS:
         for name in args.dtypes.split(","):

@@ -94,7 +94,7 @@ def _column_sum_configs(rows: int, cols: int) -> list[Config]:
     x = g.placeholder((rows, cols), og.float32)
     y = g.reduce_sum(x, [0])
     ops, ins = region_of([y])
-    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         return configs.candidate_configs(RegionEmitter(ops, ins, [y]))
 
@@ -126,7 +126,7 @@ def test_the_strided_variant_is_tuned_over_the_same_configurations() -> None:
     x = g.placeholder((4096, 64), og.float32)
     y = g.reduce_sum(g.relu(x), [0])
     ops, ins = region_of([y])
-    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         kernel = region_kernel(ops, ins, [y])
         strided = kernel.strided()

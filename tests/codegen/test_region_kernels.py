@@ -741,7 +741,7 @@ def test_narrow_column_tiles_are_offered_when_column_tiles_are_few() -> None:
         x = g.placeholder((4096, cols), og.float32)
         y = g.reduce_sum(x, [0])
         ops, ins = region_of([y])
-        with mock.patch.object(configs, "_multiprocessors", lambda: 132):
+        with mock.patch.object(configs, "multiprocessors", lambda: 132):
             return [(c.xblock, c.rblock) for c in configs.candidate_configs(RegionEmitter(ops, ins, [y]))]
 
     assert (8, 256) in tiles(768) and (16, 128) in tiles(768)  # 12 tiles of 64 columns on 132 SMs

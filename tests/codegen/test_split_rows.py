@@ -79,7 +79,7 @@ def _row_sum_configs(shape: tuple[int, ...], axes: list[int]) -> list[Config]:
     x = g.placeholder(shape, og.float32)
     y = g.reduce_sum(x, axes)
     ops, ins = region_of([y])
-    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         return configs.candidate_configs(RegionEmitter(ops, ins, [y]))
 
@@ -101,7 +101,7 @@ def test_a_row_split_past_the_multiprocessors_is_refused() -> None:
     x = g.placeholder((4, 4096), og.float32)
     y = g.reduce_sum(x, [1])
     ops, ins = region_of([y])
-    with mock.patch.object(configs, "_multiprocessors", lambda: 8):
+    with mock.patch.object(configs, "multiprocessors", lambda: 8):
         region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=512, num_warps=4, split=8))
         with pytest.raises(NotExpressible, match="16 parts: more than the 8 multiprocessors"):
             region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=256, num_warps=4, split=16))

@@ -52,7 +52,7 @@ def tuner(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Config]]:
         return 1.0 if len(seen["timed"]) != 3 else 0.5
 
     monkeypatch.setattr(kmod, "_device_ms", device_ms)
-    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         yield seen
 

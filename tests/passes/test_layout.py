@@ -423,7 +423,7 @@ def test_nhwc_batch_norm_gradients_split_their_columns_and_match_eager() -> None
                                 torch.nn.BatchNorm2d(64), torch.nn.ReLU())
     twin = copy.deepcopy(model)
     x = torch.randn(4, 3, 16, 16)
-    with mock.patch.object(configs, "_multiprocessors", lambda: 132), \
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True), recording() as reports:
         compiled = torch.compile(model, backend="opgraph", dynamic=False, options={
             "channels_last": True, "triton_interpret": True, "warn_fallbacks": False})

@@ -19,8 +19,9 @@ decomposition needs are static; otherwise it is left for its own lowering.
   over the whole tensor.
 * ``max_pool2d_gradient`` of windows that tile the image, from window offsets (``LOCAL_FLATTEN_2D``, as
   ``passes.pool_indices`` and the torch backend's training steps keep them): ``select(upsampled offsets ==
-  offset of the element, upsampled gradient, 0)``, so it joins the region of the ReLU's gradient after it; in NHWC
-  where only transposes to NHWC read it (the layout pass's CNNs), those transposes then folded away.
+  offset of the element, upsampled gradient, 0)``, so it joins the region of the ReLU's gradient after it. Where
+  only transposes to NHWC read it (as the layout pass leaves a CNN's pools), it is computed in NHWC and
+  ``fold_views`` cancels the transposes between it and that region.
 * ``batch_norm_training(x)`` (where ``batch_norm`` asks for it: ``CompilationDescriptor.batch_norm_regions``
   chooses between this and the vendor kernel): two sums of ``x`` shifted by its first element per channel (one
   reduction region, a column reduction for NHWC), then the normalisation, which joins the elementwise ops after
@@ -417,6 +418,7 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
         if chain:
             heads.add(id(o))
     grouped: set[int] = set()  # old values whose new value is in the grouped layout
+    transposed: list[bool] = []  # NHWC pool gradients, whose transpose back meets their readers' transposes
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> list[Tensor] | None:
         b = OpBuilder(g, op.name, taken)
@@ -438,7 +440,6 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
             return out
         return DECOMPOSITIONS[op.op](b, op, ins)
 
-    transposed: list[bool] = []  # NHWC pool gradients, whose transpose back meets their readers' transposes
     # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
     out = dead_code_elimination(rewrite(program, fn))
     return fold_views(out) if any(transposed) else out

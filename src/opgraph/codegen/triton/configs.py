@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .region import RegionEmitter
 
 PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
+SPLIT_CHUNK = 16384  # elements of a split row each part holds in registers, at most
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                Config(reduction=True, xblock=128, rblock=16, looped=True, num_warps=8)]
         ksizes = [em.domain.shape[k] for k in em.xaxes]
         kept = math.prod(d for d in ksizes if d is not None) if None not in ksizes else None
-        sms = _multiprocessors()
+        sms = multiprocessors()
         if kept is not None and sms and kept < 64 * sms:  # few column tiles (bias gradients): narrower ones
             out += [Config(reduction=True, xblock=16, rblock=128, looped=True, num_warps=4),
                     Config(reduction=True, xblock=8, rblock=256, looped=True, num_warps=4)]
@@ -89,23 +90,23 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if rnumel > 8192:
             out.append(looped)
         row_bytes = rblock * max(int(t.dtype.itemsize) for t in em.inputs) if em.inputs else 0
-        sms = _multiprocessors()
+        sms = multiprocessors()
         if rnumel >= 16384 and sms and row_bytes <= 65536:  # long 16-bit rows: a grid that pipelines row loads
             out += [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=w, programs=2 * sms, stages=3)
                     for w in (8, 16)]
         return out
     out = [looped]
-    sms = _multiprocessors()
+    sms = multiprocessors()
     if rnumel is not None and sms and _splittable(em):
         # a row's parts wait for each other at a barrier, so all of them must be resident at once: programs are
         # dispatched in order and one a multiprocessor always fits, so at most ``sms`` parts (more hung VGG16)
-        for chunk, warps in ((16384, 4), (8192, 4)):
+        for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK // 2, 4)):
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
             if split <= sms:
                 out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
-        if parts > 1 and rnumel > parts * 16384:
+        if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
     return out
 
@@ -120,7 +121,7 @@ def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) 
     return split
 
 
-def _multiprocessors() -> int:
+def multiprocessors() -> int:
     """Streaming multiprocessors of the current CUDA device (0 without one, or under the interpreter)."""
     import torch
 
@@ -142,4 +143,4 @@ def float32_statistics(reductions: Sequence[Operation]) -> bool:
     return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in reductions)
 
 
-__all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "column_split", "default_config"]
+__all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "column_split", "default_config", "multiprocessors"]

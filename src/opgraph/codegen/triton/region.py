@@ -692,7 +692,7 @@ class RegionEmitter:
             elif cfg.split > 1:
                 if cfg.xblock != 1:
                     raise NotExpressible("a split row is one row a program (XBLOCK 1)")
-                sms = configs._multiprocessors()
+                sms = configs.multiprocessors()
                 if sms and cfg.split > sms:  # its parts wait for each other (``exchange``): all must be resident
                     raise NotExpressible(f"a row split into {cfg.split} parts: more than the {sms} multiprocessors "
                                          f"sure to hold them all at once")

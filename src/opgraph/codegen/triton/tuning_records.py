@@ -32,7 +32,8 @@ import torch
 
 from .configs import Config
 
-_FIELDS = {f.name: f.type for f in dataclasses.fields(Config)}
+# each field's type name ("bool", "int"), whether annotations are postponed (strings) or not (classes)
+_FIELDS = {f.name: getattr(f.type, "__name__", f.type) for f in dataclasses.fields(Config)}
 
 
 def enabled() -> bool:
