@@ -6,6 +6,7 @@ from .dce import dead_code_elimination
 from .epilogue import fuse_matmul_epilogues
 from .manager import Pass, PassRecord, run_pipeline
 from .memory_plan import MemoryPlan, ValueInfo, plan_memory
+from .pad_matmul import pad_matmuls
 from .pad_sum import pads_to_concat
 from .program import DROP, Program, rewrite
 from .transpose_product import transpose_products
@@ -15,4 +16,4 @@ __all__ = ["DROP", "Pass", "PassRecord", "Program", "common_subexpression_elimin
            "dead_code_elimination", "rewrite", "run_pipeline"]
 __all__ += ["fuse_matmul_epilogues"]
 __all__ += ["MemoryPlan", "ValueInfo", "plan_memory"]
-__all__ += ["fold_views", "pads_to_concat", "transpose_products"]
+__all__ += ["fold_views", "pad_matmuls", "pads_to_concat", "transpose_products"]

@@ -67,6 +67,10 @@ class CompilationDescriptor:
     (default): on CUDA, those of 16- and 32-bit inputs (ResNet-50 training steps on an H200: bfloat16 autocast
     26.65 against 30.01 ms, seventh session; float32 34.92 against 38.89 ms, eleventh, once split statistics
     kernels were compiled without FMA contraction; ``benchmarks/RESULTS.md``); ``False``: none.
+    ``pad_matmuls``: GEMMs whose leading dimensions are not multiples of 16 bytes (a language model's vocabulary)
+    run on zero-padded operands (``passes.pad_matmul``). ``None`` (default): on CUDA, the large ones that a probe
+    times faster padded (BERT-base's output layer in bfloat16 on an H200: RESULTS.md, sixteenth session);
+    ``True``: every eligible one, on any device; ``False``: none.
     ``profile_ops``: each op's call runs inside a ``torch.profiler.record_function`` named ``"<op> %<name>"``, so
     a profile shows which graph op launched each PyTorch op and kernel (``benchmarks/profile_backend.py
     --aten-ops``). A few microseconds per op on the host; off by default.
@@ -83,6 +87,7 @@ class CompilationDescriptor:
     channels_last: bool | None = None
     channels_last_inputs: tuple[int, ...] = ()
     batch_norm_regions: bool | None = None
+    pad_matmuls: bool | None = None
     profile_ops: bool = False
 
     def __post_init__(self) -> None:
@@ -214,6 +219,12 @@ def optimize(program: Program, descriptor: CompilationDescriptor,
 
         passes.append(Pass("fuse_matmul_epilogues",  # before region formation
                            lambda p: fuse_matmul_epilogues(p, device_kind)))
+    if descriptor.optimization_level >= 1 and descriptor.pad_matmuls is not False and (
+            descriptor.pad_matmuls or device_kind == "cuda"):
+        from ..passes.pad_matmul import pad_matmuls  # after the epilogues: a bias is padded with its product
+
+        forced = (lambda *_: True) if descriptor.pad_matmuls else None
+        passes.append(Pass("pad_matmuls", lambda p: pad_matmuls(p, device_kind, forced)))
     if descriptor.fusion and descriptor.optimization_level >= 1 and not fusing:
         from ..passes.vendor_fused import fuse_vendor_calls  # where regions form, those ops join them instead
 

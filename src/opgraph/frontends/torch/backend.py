@@ -44,6 +44,7 @@ class TorchOptions:
     capture_max_pool: bool = True  # training: F.max_pool2d saves 8-bit window offsets where kernels run (CUDA)
     channels_last: bool | None = None  # convolution graphs on NHWC tensors (None: on CUDA; see the descriptor)
     batch_norm_regions: bool | None = None  # batch norm in generated kernels, not cuDNN's (None: up to 32-bit on CUDA)
+    pad_matmuls: bool | None = None  # misaligned GEMMs on padded operands (None: on CUDA where timed faster)
     profile_ops: bool = False  # each graph op's calls inside a profiler range named after it (see the descriptor)
 
     @staticmethod
@@ -66,7 +67,7 @@ class TorchOptions:
                                      cuda_graphs=self.cuda_graphs, fusion=self.fusion,
                                      triton_interpret=self.triton_interpret, matmul_epilogues=self.matmul_epilogues,
                                      channels_last=self.channels_last, batch_norm_regions=self.batch_norm_regions,
-                                     profile_ops=self.profile_ops)
+                                     pad_matmuls=self.pad_matmuls, profile_ops=self.profile_ops)
 
 
 @dataclass
