@@ -112,6 +112,22 @@ def test_the_default_pads_nothing_on_the_cpu_and_small_products_are_not_timed() 
     assert not timed_decision("cuda")(64, 64, 62, torch.float32, p)  # decided without a device
 
 
+def test_a_probe_out_of_memory_pads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opgraph.passes import pad_matmul
+
+    def no_memory(*_: object) -> bool:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(pad_matmul, "_time_padding", no_memory)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    pad_matmul.padded_gemm_is_faster.cache_clear()  # type: ignore[attr-defined]
+    try:
+        assert pad_matmul.padded_gemm_is_faster(8192, 768, 30522, torch.float32, Padding(0, 0, 2, False, True)) \
+            is False
+    finally:
+        pad_matmul.padded_gemm_is_faster.cache_clear()  # type: ignore[attr-defined]
+
+
 def test_which_sizes_need_padding_follows_the_layouts() -> None:
     g = og.Graph()
     a, b = g.placeholder((30, 30)), g.placeholder((30, 30))

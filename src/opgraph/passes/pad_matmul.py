@@ -53,7 +53,7 @@ from .program import Program, rewrite
 
 ALIGN_BYTES = 16  # cuBLAS's widest vector access
 MIN_FLOPS = 1 << 33  # smaller products keep their sizes: the pad kernels' launches would outweigh the gain
-PROBE_BYTES = 1 << 31  # operands, copies and results of a timed probe; larger products are not padded
+PROBE_BYTES = 1 << 33  # operands, copies and results of a timed probe; larger products are not padded
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,15 @@ def padded_gemm_is_faster(m: int, k: int, n: int, dtype: torch.dtype, p: Padding
     """Whether ``(m, k) @ (k, n)`` in the layouts ``p`` names takes at least 10% less time on the current CUDA
     device with its operands zero-padded by ``p`` (both pad copies counted) than as it is; timed once per
     question, as the kernel tuner times (``core.device_timing``). Not timed while a CUDA graph is being captured:
-    no padding then."""
+    no padding then, nor where the probe's tensors do not fit in the device's free memory."""
+    try:
+        return _time_padding(m, k, n, dtype, p)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return False
+
+
+def _time_padding(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> bool:
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def matrix(rows: int, cols: int, transposed: bool) -> torch.Tensor:
