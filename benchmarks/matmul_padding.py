@@ -8,6 +8,8 @@ Per case (``M x K -> N``, the layout as ``passes.pad_matmul`` reads it):
 * ``default``: opgraph as compiled by default (the probe decides; the column says which it chose);
 * ``inductor``: ``torch.compile`` of the same product;
 * ``aligned``: ``torch.mm`` on operands already padded (the roofline of padding: the GEMM alone).
+A second table times the gradient's pad alone: opgraph's pad op, ``F.pad``, ``torch.cat`` with a zero block and
+Inductor, against a device copy of the padded bytes.
 opgraph runs with ``cuda_graphs=False``, so every column pays the same launches. Times are medians over
 ``--repeats`` of the mean over ``--iters`` calls, columns interleaved; every column is checked against ``as is``.
 
@@ -107,6 +109,35 @@ def bench(model: str, layout: str, dtype: og.DType, t: int, k: int, iters: int, 
             "tflops": {name: 2 * t * k * v / (x * 1e-3) / 1e12 for name, x in ms.items()}}
 
 
+def pad_alone(model: str, dtype: og.DType, t: int, iters: int, repeats: int) -> list[str]:
+    """The gradient's pad alone (t x vocabulary, right-padded to a multiple of 16 elements) four ways, against a
+    device copy of the padded bytes: opgraph's pad op, ``F.pad``, ``torch.cat`` with a zero block, and Inductor."""
+    v = VOCABULARY[model]
+    pad = -v % 16
+    g = og.Graph()
+    x = g.placeholder((t, v), dtype)
+    exe = g.compile({x: x.type}, [g.pad(x, og.PaddingMode.ZERO, [0, 0], [0, pad])], device="cuda",
+                    descriptor=og.CompilationDescriptor(cuda_graphs=False))
+    grad = torch.randn(t, v, device="cuda").to(dtype.torch_dtype)
+    zeros = torch.zeros(t, pad, device="cuda", dtype=grad.dtype)
+    padded = torch.empty(t, v + pad, device="cuda", dtype=grad.dtype)
+    compiled = torch.compile(lambda a: torch.nn.functional.pad(a, (0, pad)), dynamic=False)
+    cases: dict[str, Callable[[], Any]] = {
+        "opgraph": lambda: exe.run([grad]), "F.pad": lambda: torch.nn.functional.pad(grad, (0, pad)),
+        "cat": lambda: torch.cat([grad, zeros], dim=1), "inductor": lambda: compiled(grad)}
+    source = torch.empty_like(padded)
+    cases["copy"] = lambda: padded.copy_(source)  # the roofline: read and write the padded bytes once
+    want = torch.nn.functional.pad(grad, (0, pad))
+    for name in ("opgraph", "cat", "inductor"):
+        out = cases[name]()
+        if not torch.equal(out[0] if isinstance(out, list) else out, want):
+            raise SystemExit(f"pad {model} {dtype.name} {name}: differs from F.pad")
+    samples = interleaved(cases, iters, repeats, torch.cuda.synchronize)
+    ms = {name: 1e3 * statistics.median(s) for name, s in samples.items()}
+    return [model, dtype.name, f"{t}x{v}->{v + pad}", *(f"{ms[c]:.3f}" for c in cases),
+            f"{ms['copy'] / ms['opgraph']:.2f}"]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bert,gpt2", help="comma-separated: bert, gpt2")
@@ -125,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     if any(d not in known for d in args.dtypes.split(",")):
         p.error(f"--dtypes: choose from {sorted(known)}")
     torch.backends.cuda.matmul.allow_tf32 = True  # float32 products as the training bench runs them
-    rows = []
+    rows, pads = [], []
     for model in models:
         for dtype in (known[d] for d in args.dtypes.split(",")):
             for layout in LAYOUTS:
@@ -136,9 +167,12 @@ def main(argv: list[str] | None = None) -> None:
                              "pads" if r["default_pads"] else "as is", f"{ms['as is'] / ms['default']:.2f}",
                              f"{ms['inductor'] / ms['default']:.2f}", f"{ms['aligned'] / ms['default']:.2f}"])
                 print(f"  {model} {dtype.name} {layout}: done", file=sys.stderr, flush=True)
+            pads.append(pad_alone(model, dtype, args.batch_tokens, args.iters, args.repeats))
     print(f"GPU: {torch.cuda.get_device_name()}; times in ms (TF32 on for float32)")
     print(format_table(["model", "dtype", "M x K -> N", "product", "as is", "padded", "default", "inductor",
                         "aligned", "default chose", "vs as is", "vs inductor", "of aligned"], rows))
+    print("\nthe gradient's pad alone (ms; 'of copy': a device copy of the padded bytes against opgraph's pad):")
+    print(format_table(["model", "dtype", "pad", "opgraph", "F.pad", "cat", "inductor", "copy", "of copy"], pads))
 
 
 if __name__ == "__main__":
