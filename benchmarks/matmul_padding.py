@@ -30,7 +30,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
-from opgraph.passes.pad_matmul import padding_for
+from opgraph.passes.pad_matmul import ALIGN_BYTES, padding_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import interleaved  # noqa: E402
@@ -60,7 +60,7 @@ def _eager(layout: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
 
 
 def _aligned(layout: str, feeds: list[torch.Tensor], pad: int) -> Callable[[], torch.Tensor]:
-    """The product on operands whose vocabulary axis was padded beforehand: the GEMM alone."""
+    """The product on operands whose vocabulary axis was padded beforehand (by ``pad``): the GEMM alone."""
     F = torch.nn.functional
     if layout == LAYOUTS[0]:
         h, w = feeds[0], F.pad(feeds[1], (0, 0, 0, pad))
@@ -86,7 +86,8 @@ def bench(model: str, layout: str, dtype: og.DType, t: int, k: int, iters: int, 
     chose = any(o.op.name == "pad" for o in exes["default"].program.graph.ops)
     eager = _eager(layout)
     compiled = torch.compile(eager, dynamic=False)
-    pad = -v % 16
+    pad = -v % (ALIGN_BYTES // dtype.torch_dtype.itemsize)  # as the pass pads
+
     def run(e: og.Executable) -> Callable[[], Any]:
         return lambda: e.run(feeds)
 
@@ -110,10 +111,11 @@ def bench(model: str, layout: str, dtype: og.DType, t: int, k: int, iters: int, 
 
 
 def pad_alone(model: str, dtype: og.DType, t: int, iters: int, repeats: int) -> list[str]:
-    """The gradient's pad alone (t x vocabulary, right-padded to a multiple of 16 elements) four ways, against a
-    device copy of the padded bytes: opgraph's pad op, ``F.pad``, ``torch.cat`` with a zero block, and Inductor."""
+    """The gradient's pad alone (t x vocabulary, right-padded to a multiple of 16 bytes, as the pass pads) four
+    ways, against a device copy of the padded bytes: opgraph's pad op, ``F.pad``, ``torch.cat`` with a zero block,
+    and Inductor."""
     v = VOCABULARY[model]
-    pad = -v % 16
+    pad = -v % (ALIGN_BYTES // dtype.torch_dtype.itemsize)
     g = og.Graph()
     x = g.placeholder((t, v), dtype)
     exe = g.compile({x: x.type}, [g.pad(x, og.PaddingMode.ZERO, [0, 0], [0, pad])], device="cuda",

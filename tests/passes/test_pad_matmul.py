@@ -4,6 +4,7 @@ unpadded graph; on the CPU the pass runs only when asked (``pad_matmuls=True``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import numpy as np
@@ -49,9 +50,13 @@ def test_a_misaligned_product_width_is_padded_and_sliced_back(dtype: og.DType) -
 
 
 def test_a_misaligned_inner_size_pads_both_operands_and_slices_nothing() -> None:
-    ops, got, _, (a, b) = _run(lambda g, x: [g.matmul(x[0], x[1])], [(8, 30), (30, 16)])
+    ops, got, _, (a, b) = _run(lambda g, x: [g.matmul(x[0], x[1], name="y")], [(8, 30), (30, 16)])
     assert ops == ["pad", "pad", "matmul"]
     _close(got[0], a @ b, og.float32)
+    g = og.Graph()
+    a_, b_ = g.placeholder((8, 30)), g.placeholder((30, 16))
+    exe = g.compile({a_: a_.type, b_: b_.type}, [g.matmul(a_, b_, name="y")], device="cpu", descriptor=PADDED)
+    assert [o.name for o in exe.program.graph.ops if o.op.name == "matmul"] == ["y"]  # the product keeps its name
 
 
 def test_aligned_products_and_rows_read_along_k_are_left_alone() -> None:
@@ -65,8 +70,7 @@ def test_transposed_operands_are_padded_before_their_transpose() -> None:
     # x = transpose(X): read along M; w = transpose(W): read along K, so a misaligned K pads W's columns
     ops, got, _, (xs, ws) = _run(lambda g, x: [g.matmul(g.transpose(x[0], [1, 0]), g.transpose(x[1], [1, 0]))],
                                  [(30, 30), (16, 30)])
-    assert ops.count("pad") == 2 and ops.index("pad") < ops.index("transpose")
-    assert ops[-2:] == ["matmul", "slice"]
+    assert ops == ["pad", "transpose", "pad", "transpose", "matmul", "slice"]
     _close(got[0], xs.T @ ws.T, og.float32)
 
 
@@ -118,12 +122,15 @@ def test_a_probe_out_of_memory_pads_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     def no_memory(*_: object) -> bool:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
+    cleared = []
     monkeypatch.setattr(pad_matmul, "_time_padding", no_memory)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cleared.append(True))
     pad_matmul.padded_gemm_is_faster.cache_clear()  # type: ignore[attr-defined]
     try:
         assert pad_matmul.padded_gemm_is_faster(8192, 768, 30522, torch.float32, Padding(0, 0, 2, False, True)) \
             is False
+        assert cleared == [True]  # the failed probe's memory goes back to the device
     finally:
         pad_matmul.padded_gemm_is_faster.cache_clear()  # type: ignore[attr-defined]
 
@@ -148,9 +155,14 @@ def test_the_torch_backend_option_reaches_the_pass() -> None:
     want.sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
+    from opgraph.frontends.torch.backend import recording
+
     fast = torch.compile(model, backend="opgraph", options={"pad_matmuls": True, "warn_fallbacks": False})
-    got = fast(x)
-    got.sum().backward()
+    with recording() as reports:
+        got = fast(x)
+        got.sum().backward()
+    padded = {r.kind: sum(o.op.name == "pad" for o in r.executable.program.graph.ops) for r in reports}
+    assert padded == {"forward": 2, "backward": 1}  # weight and bias; the output gradient (shared by two products)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for p, w in zip(model.parameters(), grads, strict=True):
         torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-5)

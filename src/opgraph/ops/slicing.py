@@ -302,7 +302,7 @@ def _pad_lower(ctx: LowerContext) -> Callable[..., Any]:
             shape = [d + a.left[i] + a.right[i] for i, d in enumerate(x.shape)]
             out = torch.empty(shape, dtype=x.dtype, device=x.device)
             out[tuple(slice(a.left[i], a.left[i] + d) for i, d in enumerate(x.shape))] = x
-            for i in axes:  # only the borders are filled: each element is written once or twice, never thrice
+            for i in axes:  # only the borders are filled, not the whole tensor before the copy
                 edge: list[slice] = [slice(None)] * out.dim()
                 for part in (slice(0, a.left[i]), slice(a.left[i] + x.shape[i], None)):
                     edge[i] = part

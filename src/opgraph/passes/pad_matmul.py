@@ -97,19 +97,24 @@ def padding_for(op: Operation) -> tuple[int, int, int, Padding] | None:
 
 
 @device_probe
-def padded_gemm_is_faster(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> bool:
-    """Whether ``(m, k) @ (k, n)`` in the layouts ``p`` names takes at least 10% less time on the current CUDA
-    device with its operands zero-padded by ``p`` (both pad copies counted) than as it is; timed once per
-    question, as the kernel tuner times (``core.device_timing``). Not timed while a CUDA graph is being captured:
-    no padding then, nor where the probe's tensors do not fit in the device's free memory."""
+def padded_gemm_is_faster(m: int, k: int, n: int, dtype: torch.dtype, p: Padding, device: int = 0,
+                          tf32: bool = False) -> bool:
+    """Whether ``(m, k) @ (k, n)`` in the layouts ``p`` names takes at least 10% less time on CUDA device ``device``
+    (with TF32 products allowed or not: float32 kernels differ) with its operands zero-padded by ``p`` (each pad
+    copy counted) than as it is; timed once per question, as the kernel tuner times (``core.device_timing``). Not
+    timed while a CUDA graph is being captured: no padding then, nor where the probe fails (its tensors do not fit
+    in the device's free memory, or cuBLAS cannot allocate its workspace)."""
     try:
-        return _time_padding(m, k, n, dtype, p)
-    except torch.cuda.OutOfMemoryError:
+        with torch.cuda.device(device):
+            faster = _time_padding(m, k, n, dtype, p, tf32)
+    except (torch.cuda.OutOfMemoryError, RuntimeError):
+        faster = None
+    if faster is None:  # outside the handler, so that the failed probe's tensors are freed first
         torch.cuda.empty_cache()
-        return False
+    return bool(faster)
 
 
-def _time_padding(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> bool:
+def _time_padding(m: int, k: int, n: int, dtype: torch.dtype, p: Padding, tf32: bool) -> bool:
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def matrix(rows: int, cols: int, transposed: bool) -> torch.Tensor:
@@ -118,6 +123,8 @@ def _time_padding(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> boo
         return t.t() if transposed else t
 
     def padded(t: torch.Tensor, rows: int, cols: int, transposed: bool) -> torch.Tensor:
+        if not (rows or cols):  # as the pass: an operand without padding is read as it is, not copied
+            return t
         if transposed:  # padded before the transpose, as the pass does
             return F.pad(t.t(), (0, rows, 0, cols)).t()
         return F.pad(t, (0, cols, 0, rows))
@@ -125,8 +132,13 @@ def _time_padding(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> boo
     x, w = matrix(m, k, p.x_transposed), matrix(k, n, p.w_transposed)
     plain = lambda: torch.mm(x, w)  # noqa: E731
     pads = lambda: torch.mm(padded(x, p.m, p.k, p.x_transposed), padded(w, p.k, p.n, p.w_transposed))  # noqa: E731
-    plain(), pads()  # cuBLAS picks and loads its kernels
-    times = {f: sorted(device_ms(f) for _ in range(3))[1] for f in (plain, pads)}  # the median of three
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        plain(), pads()  # cuBLAS picks and loads its kernels
+        times = {f: sorted(device_ms(f) for _ in range(3))[1] for f in (plain, pads)}  # the median of three
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
     return times[pads] < 0.9 * times[plain]
 
 
@@ -139,7 +151,8 @@ def timed_decision(device_kind: str) -> Decide:
     def decide(m: int, k: int, n: int, dtype: torch.dtype, p: Padding) -> bool:
         if device_kind != "cuda" or 2 * m * k * n < MIN_FLOPS or not _probe_fits(m, k, n, dtype.itemsize):
             return False
-        return padded_gemm_is_faster(m, k, n, dtype, p)
+        tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+        return padded_gemm_is_faster(m, k, n, dtype, p, torch.cuda.current_device(), tf32)
 
     return decide
 
@@ -179,9 +192,9 @@ def pad_matmuls(program: Program, device_kind: str = "cpu", decide: Decide | Non
         x_after = (0,) * (x.rank - 2) + (p.m, p.k)
         ins = [padded(g, x, x_after, op.name), padded(g, w, (p.k, p.n), op.name)]
         ins += [padded(g, b, (p.n,), op.name) for b in bias]
+        if not (p.m or p.n):  # the product has its own shape: it keeps the op's name
+            return list(g._add_op(op.op, ins, op.attrs, op.name).outputs)
         product = g._add_op(op.op, ins, op.attrs, fresh_name(f"{op.name}.padded", taken, g)).outputs[0]
-        if not (p.m or p.n):
-            return [product]
         shape = op.outputs[0].shape
         ends = tuple(int(d) for d in shape)  # type: ignore[arg-type]
         attrs = SliceAttrs((0,) * len(ends), ends, (1,) * len(ends))
@@ -190,4 +203,5 @@ def pad_matmuls(program: Program, device_kind: str = "cpu", decide: Decide | Non
     return dead_code_elimination(rewrite(program, replace))
 
 
-__all__ = ["MIN_FLOPS", "Padding", "pad_matmuls", "padded_gemm_is_faster", "padding_for", "timed_decision"]
+__all__ = ["ALIGN_BYTES", "MIN_FLOPS", "Padding", "pad_matmuls", "padded_gemm_is_faster", "padding_for",
+           "timed_decision"]

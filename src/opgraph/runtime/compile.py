@@ -70,7 +70,7 @@ class CompilationDescriptor:
     ``pad_matmuls``: GEMMs whose leading dimensions are not multiples of 16 bytes (a language model's vocabulary)
     run on zero-padded operands (``passes.pad_matmul``). ``None`` (default): on CUDA, the large ones that a probe
     times faster padded (BERT-base's output layer in bfloat16 on an H200: RESULTS.md, sixteenth session);
-    ``True``: every eligible one, on any device; ``False``: none.
+    ``True``: every eligible one, on any device; ``False``: none (nor at ``optimization_level=0``).
     ``profile_ops``: each op's call runs inside a ``torch.profiler.record_function`` named ``"<op> %<name>"``, so
     a profile shows which graph op launched each PyTorch op and kernel (``benchmarks/profile_backend.py
     --aten-ops``). A few microseconds per op on the host; off by default.
