@@ -24,6 +24,7 @@ from ..core.shape import Dim, Shape, format_shape, normalize_axes
 from ..core.types import TensorType
 from ..ir.attrs import serializable
 from ..ir.graph import GraphCore, Operation, Tensor
+from ..kernels import pad as pad_kernel
 from ._rules import expect_arity, expect_dtype, expect_value_fits
 from .registry import FusionKind, LowerContext, OpDef, attrs, defvjp
 from .shape import EXPAND_DIMS, AxesAttrs, Cotangents, Grads, check_ints, int_tuple, is_int
@@ -296,9 +297,14 @@ def _pad_lower(ctx: LowerContext) -> Callable[..., Any]:
         dtype = ctx.out_types[0].dtype
         fill: Any = bool(value) if dtype.is_bool else int(value) if dtype.is_integer else value
 
+        last_only = axes == [len(a.left) - 1] and dtype.is_floating
+        interpret = bool(getattr(ctx.options, "triton_interpret", False))
+
         def constant(x: torch.Tensor) -> torch.Tensor:
             if not axes:
                 return x
+            if last_only and pad_kernel.use_kernel(x, a.left[-1], a.right[-1], fill, interpret):
+                return pad_kernel.pad_last_axis(x, a.left[-1], a.right[-1], fill)
             shape = [d + a.left[i] + a.right[i] for i, d in enumerate(x.shape)]
             out = torch.empty(shape, dtype=x.dtype, device=x.device)
             out[tuple(slice(a.left[i], a.left[i] + d) for i, d in enumerate(x.shape))] = x
