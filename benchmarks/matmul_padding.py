@@ -8,8 +8,8 @@ Per case (``M x K -> N``, the layout as ``passes.pad_matmul`` reads it):
 * ``default``: opgraph as compiled by default (the probe decides; the column says which it chose);
 * ``inductor``: ``torch.compile`` of the same product;
 * ``aligned``: ``torch.mm`` on operands already padded (the roofline of padding: the GEMM alone).
-A second table times the gradient's pad alone: opgraph's pad op, ``F.pad``, ``torch.cat`` with a zero block and
-Inductor, against a device copy of the padded bytes.
+A second table times the gradient's pad alone: opgraph's pad op (its kernel, ``kernels/pad.py``, and the fallback
+lowering), ``F.pad``, ``torch.cat`` with a zero block and Inductor, against a device copy of the padded bytes.
 opgraph runs with ``cuda_graphs=False``, so every column pays the same launches. Times are medians over
 ``--repeats`` of the mean over ``--iters`` calls, columns interleaved; every column is checked against ``as is``.
 
@@ -30,6 +30,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
+from opgraph.kernels import pad as pad_kernel
 from opgraph.passes.pad_matmul import ALIGN_BYTES, padding_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -124,13 +125,21 @@ def pad_alone(model: str, dtype: og.DType, t: int, iters: int, repeats: int) -> 
     zeros = torch.zeros(t, pad, device="cuda", dtype=grad.dtype)
     padded = torch.empty(t, v + pad, device="cuda", dtype=grad.dtype)
     compiled = torch.compile(lambda a: torch.nn.functional.pad(a, (0, pad)), dynamic=False)
+    def without_kernel() -> Any:  # the pad op's fallback lowering: empty, strided copy, border fill
+        pad_kernel.ENABLED = False
+        try:
+            return exe.run([grad])
+        finally:
+            pad_kernel.ENABLED = True
+
     cases: dict[str, Callable[[], Any]] = {
-        "opgraph": lambda: exe.run([grad]), "F.pad": lambda: torch.nn.functional.pad(grad, (0, pad)),
+        "opgraph": lambda: exe.run([grad]), "fallback": without_kernel,
+        "F.pad": lambda: torch.nn.functional.pad(grad, (0, pad)),
         "cat": lambda: torch.cat([grad, zeros], dim=1), "inductor": lambda: compiled(grad)}
     source = torch.empty_like(padded)
     cases["copy"] = lambda: padded.copy_(source)  # the roofline: read and write the padded bytes once
     want = torch.nn.functional.pad(grad, (0, pad))
-    for name in ("opgraph", "cat", "inductor"):
+    for name in ("opgraph", "fallback", "cat", "inductor"):
         out = cases[name]()
         if not torch.equal(out[0] if isinstance(out, list) else out, want):
             raise SystemExit(f"pad {model} {dtype.name} {name}: differs from F.pad")
@@ -174,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(["model", "dtype", "M x K -> N", "product", "as is", "padded", "default", "inductor",
                         "aligned", "default chose", "vs as is", "vs inductor", "of aligned"], rows))
     print("\nthe gradient's pad alone (ms; 'of copy': a device copy of the padded bytes against opgraph's pad):")
-    print(format_table(["model", "dtype", "pad", "opgraph", "F.pad", "cat", "inductor", "copy", "of copy"], pads))
+    print(format_table(["model", "dtype", "pad", "opgraph", "fallback", "F.pad", "cat", "inductor", "copy", "of copy"],
+                       pads))
 
 
 if __name__ == "__main__":
