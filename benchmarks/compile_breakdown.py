@@ -35,6 +35,7 @@ PHASES = [  # (label, module path, attribute path): wrapped in this order, so ou
     ("  kernel variants emitted (tuning candidates, strided reads)", "opgraph.codegen.triton.kernel",
      "region_kernel"),
     ("  candidates compiled (threads)", "opgraph.codegen.triton.kernel", "compile_in_threads"),
+    ("  candidates probed (one launch)", "opgraph.codegen.triton.kernel", "_single_launch_ms"),
     ("  candidates timed", "opgraph.codegen.triton.kernel", "_device_ms"),
     ("kernel sources loaded", "opgraph.codegen.triton.kernel", "load_kernel"),
 ]

@@ -52,6 +52,7 @@ def tuner(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Config]]:
         return 1.0 if len(seen["timed"]) != 3 else 0.5
 
     monkeypatch.setattr(kmod, "_device_ms", device_ms)
+    monkeypatch.setattr(kmod, "_single_launch_ms", lambda k, inputs: 0.0)  # no candidate looks slow on one launch
     with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         yield seen
@@ -111,3 +112,32 @@ def test_records_can_be_turned_off(tuner: dict[str, list[Config]], tmp_path: Pat
     tuner["timed"].clear()
     _column_sum(tmp_path)._tune([xv])
     assert tuner["timed"]
+
+
+def test_a_candidate_far_slower_on_one_launch_is_not_timed_further(tuner: dict[str, list[Config]], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    assert len(candidates) >= 3
+    per_launch = {c.config: 1.0 for c in candidates}
+    per_launch[candidates[1].config] = 5.0  # the second: far slower than the first
+    per_launch[candidates[2].config] = 0.8  # the third: the fastest
+    probed: list[Config] = []
+    timed: list[Config] = []
+
+    def single(k: RegionKernel, inputs: object) -> float:
+        probed.append(k.config)
+        return per_launch[k.config]
+
+    def full(k: RegionKernel, inputs: object) -> float:
+        timed.append(k.config)
+        return per_launch[k.config] * kmod.TUNE_LAUNCHES
+
+    monkeypatch.setattr(kmod, "_single_launch_ms", single)
+    monkeypatch.setattr(kmod, "_device_ms", full)
+    kernel.alternatives = lambda: candidates[1:]
+    best = kernel._tune([torch.randn(2048, 64)])
+    assert best.config == candidates[2].config
+    assert candidates[1].config not in timed and candidates[1].config in probed
+    assert timed[:2] == [candidates[0].config, candidates[2].config]
+    assert probed[0] == candidates[1].config  # the first candidate, with nothing to compare against, is not probed

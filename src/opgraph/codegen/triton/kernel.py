@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ...core.device_timing import device_ms
+from ...core.device_timing import TUNE_LAUNCHES, device_ms
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
@@ -38,6 +38,7 @@ from .region import Config, RegionEmitter, candidate_configs
 
 DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
+SLOW_CANDIDATE = 2.0  # a candidate whose one launch takes this many times the best's per launch is not timed further
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -132,7 +133,8 @@ class RegionKernel:
 
     def _tune(self, inputs: Sequence[torch.Tensor]) -> RegionKernel:
         """The fastest of this kernel and its alternatives on these inputs (device time between CUDA events of a
-        few launches each, queued behind a spinning kernel; outputs go to fresh buffers, so a caller's ``out=``
+        few launches each, queued behind a spinning kernel; a candidate whose first launch takes ``SLOW_CANDIDATE``
+        times the fastest's per launch is left at that; outputs go to fresh buffers, so a caller's ``out=``
         buffer is never written twice). The choice is recorded on disk (``tuning_records``): a later process
         that finds it launches that configuration without compiling and timing the others."""
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
@@ -146,14 +148,21 @@ class RegionKernel:
         for k in candidates:  # a decision of an earlier process
             if k.config == remembered:
                 return k
-        timed: list[tuple[float, int, RegionKernel]] = []
+        timed: list[tuple[float, int, RegionKernel]] = []  # (ms per launch, order, kernel)
         compile_in_threads(candidates, inputs)
         dev = inputs[0].device
+        fastest = math.inf  # ms per launch
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
             for k in candidates:
                 try:
                     k(*inputs)
-                    timed.append((_device_ms(k, inputs), len(timed), k))
+                    # one launch first: a candidate far slower than the best so far (a split too fine or too coarse
+                    # for these rows: milliseconds where the best takes microseconds) skips its full timing
+                    if fastest < math.inf and _single_launch_ms(k, inputs) > SLOW_CANDIDATE * fastest:
+                        continue
+                    ms = _device_ms(k, inputs) / TUNE_LAUNCHES
+                    timed.append((ms, len(timed), k))
+                    fastest = min(fastest, ms)
                 except Exception:  # a configuration that does not compile (resources) is skipped
                     continue
         if not timed:
@@ -323,6 +332,11 @@ def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.T
 def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
     """Device time of ``TUNE_LAUNCHES`` launches of ``k`` queued behind a spinning kernel (``core.device_timing``)."""
     return device_ms(lambda: k(*inputs))
+
+
+def _single_launch_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
+    """Device time of one launch of ``k``, queued as ``_device_ms`` queues its launches."""
+    return device_ms(lambda: k(*inputs), launches=1)
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
