@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opgraph as og
 from opgraph.passes.pad_matmul import MIN_FLOPS, Padding, padding_for, timed_decision
@@ -214,3 +216,30 @@ def test_the_padding_probe_answers_once_per_question() -> None:
     first = padded_gemm_is_faster(4096, 768, 30522, torch.bfloat16, p)
     assert isinstance(first, bool) and padded_gemm_is_faster(4096, 768, 30522, torch.bfloat16, p) is first
     assert padded_gemm_is_faster.cache_info().hits == 1  # type: ignore[attr-defined]
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 19), k=st.integers(1, 19), n=st.integers(1, 19), x_t=st.booleans(), w_t=st.booleans(),
+       batch=st.sampled_from([(), (2,)]), bias=st.booleans(), dtype=st.sampled_from([og.float32, og.bfloat16]))
+def test_random_products_padded_equal_numpy(m: int, k: int, n: int, x_t: bool, w_t: bool, batch: tuple[int, ...],
+                                            bias: bool, dtype: og.DType) -> None:
+    """Any sizes and layouts (transposed operands, a batched x, a bias that becomes an epilogue): the padded
+    program gives the product NumPy gives, and pads exactly the sizes ``padding_for`` names."""
+    x_t = x_t and not batch  # a batched x is read row-major
+    shapes = [(*batch, k, m) if x_t else (*batch, m, k), (n, k) if w_t else (k, n)] + ([(n,)] if bias else [])
+
+    def build(g: og.Graph, xs: list[og.Tensor]) -> list[og.Tensor]:
+        x = g.transpose(xs[0], [1, 0]) if x_t else xs[0]
+        w = g.transpose(xs[1], [1, 0]) if w_t else xs[1]
+        y = g.matmul(x, w)
+        return [g.add(y, xs[2]) if bias else y]
+
+    ops, got, _, feeds = _run(build, shapes, dtype)
+    x = feeds[0].swapaxes(-1, -2) if x_t else feeds[0]
+    w = feeds[1].T if w_t else feeds[1]
+    want = x @ w + (feeds[2] if bias else 0)
+    assert got[0].shape == want.shape
+    _close(got[0], want, dtype)
+    align = 16 // dtype.itemsize
+    needs = (m % align and x_t) or (k % align and (not x_t or w_t)) or n % align
+    assert ("pad" in ops) == bool(needs)
