@@ -11,6 +11,7 @@ shares, not its seconds).
 
     python benchmarks/compile_breakdown.py --model resnet50 --batch 128
     python benchmarks/compile_breakdown.py --model bert --batch 64 --records off --cprofile 30
+    python benchmarks/compile_breakdown.py --model resnet50 --records off --precompile   # against the same without
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 
 PHASES = [  # (label, module path, attribute path): wrapped in this order, so outer phases come first
     ("executables built (passes, code generation)", "opgraph.runtime.executable", "Executable.__init__"),
+    ("background compiles queued (--precompile)", "opgraph.codegen.triton.precompile", "precompile"),
     ("kernel tuning (all)", "opgraph.codegen.triton.kernel", "RegionKernel._tune"),
     ("  kernel variants emitted (tuning candidates, strided reads)", "opgraph.codegen.triton.kernel",
      "region_kernel"),
@@ -102,10 +104,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu")
     p.add_argument("--records", choices=["on", "off"], default="on", help="tuning records (default on)")
     p.add_argument("--quick", action="store_true", help="the bench's small sizes")
+    p.add_argument("--precompile", action="store_true",
+                   help="compile each executable's kernels in the background once it is built (OPGRAPH_PRECOMPILE=1)")
     p.add_argument("--cprofile", type=int, default=0, metavar="N", help="also list the N costliest functions")
     args = p.parse_args(argv)
     if args.records == "off":
         os.environ["OPGRAPH_TUNING_RECORDS"] = "0"
+    if args.precompile:
+        os.environ["OPGRAPH_PRECOMPILE"] = "1"
     from opgraph.cli._bench_models import MODELS, WithLoss, make_data
     from opgraph.cli._table import format_table
 
@@ -135,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append([label, f"{spent:.2f}", f"{spent - phases.inner.get(label, 0.0):.2f}", str(phases.calls[label])])
     rows.append(["the rest (Dynamo, AOTAutograd, launches, vendor calls)", f"{total - phases.top:.2f}", "", ""])
     rows.append(["first training step", f"{total:.2f}", "", ""])
-    print(f"{m.title} batch {args.batch or batch} {args.dtype} on {dev}, tuning records {args.records}:")
+    print(f"{m.title} batch {args.batch or batch} {args.dtype} on {dev}, tuning records {args.records}, "
+          f"background compiles {'on' if args.precompile else 'off'}:")
     print(format_table(["phase", "seconds", "own", "calls"], rows))
 
 

@@ -31,7 +31,7 @@ from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
 from ...ir.opdef import FusionKind
-from . import tuning_records
+from . import precompile, tuning_records
 from ._text import MAX_BARRIERS, WS_PARTS, generated
 from .expr import NotExpressible
 from .region import Config, RegionEmitter, candidate_configs
@@ -273,6 +273,8 @@ class RegionKernel:
             outs.append(given if given is not None else torch.empty(shape, dtype=t.dtype.torch_dtype, device=dev))
         if launch.grid[0]:
             args, options = self._arguments(launch, inputs, outs, dev)
+            if precompile._PENDING:  # compiling in the background: wait for it rather than compile it again
+                precompile.wait_for(self.key, self.config)
             self.fn[launch.grid](*args, **options)
         return outs
 
@@ -296,6 +298,7 @@ class RegionKernel:
         launch = self._launch(tuple(tuple(x.shape) for x in inputs))
         if not launch.grid[0]:
             return
+        precompile.wait_for(self.key, self.config)
         dev = inputs[0].device
         outs = [torch.empty(shape, dtype=t.dtype.torch_dtype, device=dev)
                 for shape, t in zip(launch.out_shapes, self.out_types, strict=True)]

@@ -1,0 +1,139 @@
+"""``codegen.triton.precompile``: an executable's kernels compiled in the background before their first launch, on
+stand-ins (Triton's ``warmup`` replaced by a recorder, on the CPU): the arguments, grid and options of each warmup are
+the launch's own; a kernel that will be tuned has every candidate compiled, or only the one a tuning record names;
+a launch of a source still compiling waits for it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import configs, precompile, tuning_records  # noqa: E402
+from opgraph.codegen.triton import kernel as kmod  # noqa: E402
+from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
+
+
+class Recorder:
+    """A Triton function that records its warmups (and their thread) and launches instead of compiling."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.warmups: list[tuple[str, tuple[object, ...], tuple[int, ...], dict[str, object]]] = []
+        self.launches: list[tuple[tuple[object, ...], tuple[int, ...], dict[str, object]]] = []
+        self.gate = gate
+
+    def warmup(self, *args: object, grid: tuple[int, ...], **options: object) -> None:
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.warmups.append((threading.current_thread().name, args, grid, options))
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        return lambda *args, **options: self.launches.append((args, grid, options))
+
+
+@pytest.fixture
+def recorders(monkeypatch: pytest.MonkeyPatch) -> dict[str, Recorder]:
+    """Every kernel source loads as its own recorder; every input is large enough to be tuned."""
+    made: dict[str, Recorder] = {}
+    monkeypatch.setattr(kmod, "load_kernel", lambda source, folder=None: made.setdefault(source, Recorder()))
+    monkeypatch.setattr(kmod, "TUNE_MIN_ELEMENTS", 0)
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True):
+        yield made
+
+
+def _column_sum(folder: Path) -> RegionKernel:
+    g = og.Graph()
+    x = g.placeholder((2048, 64), og.float32)
+    y = g.reduce_sum(g.relu(x), [0])
+    ops, ins = region_of([y])
+    return region_kernel(ops, ins, [y], cache_dir=folder)
+
+
+def _settle() -> None:
+    for future in list(precompile._PENDING.values()):
+        future.result()
+
+
+def _described(args: tuple[object, ...]) -> list[object]:
+    return [(tuple(a.shape), a.dtype) if hasattr(a, "dtype") else a for a in args]
+
+
+def test_a_stand_in_is_a_contiguous_tensor_at_an_aligned_address() -> None:
+    t = precompile.stand_in((2, 3, 4), torch.bfloat16, torch.device("cpu"))
+    assert t.shape == (2, 3, 4) and t.stride() == (12, 4, 1) and t.stride(1) == 4
+    assert t.dtype is torch.bfloat16 and t.device == torch.device("cpu") and t.data_ptr() % 16 == 0
+
+
+def _warmed(recorders: dict[str, Recorder], k: RegionKernel) -> list[tuple[tuple[int, ...], dict[str, object]]]:
+    """(grid, options) of each warmup of ``k``'s configuration (candidates may share a source)."""
+    x = torch.randn(2048, 64)
+    k(x)  # on the CPU a kernel launches as itself (tuning is CUDA's): its own grid and options
+    recorder = recorders[k.source]
+    _, grid, options = recorder.launches[-1]
+    return [(g, o) for _, _, g, o in recorder.warmups if (g, o) == (grid, options)]
+
+
+def test_every_candidate_compiles_in_the_background_with_its_launch_arguments(recorders: dict[str, Recorder],
+                                                                               tmp_path: Path) -> None:
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    queued = precompile.precompile(kernel, torch.device("cpu"))
+    _settle()
+    assert [k.config for k in queued] == [k.config for k in candidates] and not precompile._PENDING
+    for k in candidates:
+        assert len(_warmed(recorders, k)) == 1
+        recorder = recorders[k.source]
+        thread, args, grid, options = next(w for w in recorder.warmups if w[2:] == recorder.launches[-1][1:])
+        assert thread.startswith("opgraph-precompile")
+        assert _described(args) == _described(recorder.launches[-1][0])
+
+
+def test_a_tuning_record_narrows_the_compiles_to_its_winner(recorders: dict[str, Recorder], tmp_path: Path) -> None:
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    winner = candidates[-1]
+    ins = [precompile.stand_in((2048, 64), torch.float32, torch.device("cpu"))]
+    key = tuning_records.record_key(kernel.key, repr([k.config for k in candidates]), ins)
+    assert key == tuning_records.record_key(kernel.key, repr([k.config for k in candidates]), [torch.randn(2048, 64)])
+    tuning_records.store(key, winner.config, tmp_path)
+    assert [k.config for k in precompile.precompile(kernel, torch.device("cpu"))] == [winner.config]
+    _settle()
+    assert [k.config for k in candidates if _warmed(recorders, k)] == [winner.config]
+
+
+def test_a_launch_waits_for_its_source_still_compiling(recorders: dict[str, Recorder], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    g = og.Graph()
+    x = g.placeholder((64, 64), og.float32)
+    y = g.exp(x)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
+    gate = threading.Event()
+    recorders[kernel.source] = Recorder(gate)
+    kernel._fn = None
+    precompile.precompile(kernel, torch.device("cpu"))
+    assert (kernel.key, kernel.config) in precompile._PENDING
+    launched = threading.Thread(target=kernel, args=(torch.randn(64, 64),))
+    launched.start()
+    launched.join(0.2)
+    assert launched.is_alive() and not recorders[kernel.source].launches  # waiting for the compile
+    gate.set()
+    launched.join(5)
+    assert len(recorders[kernel.source].warmups) == 1 and len(recorders[kernel.source].launches) == 1
+    assert not precompile._PENDING
+
+
+def test_dynamic_input_types_are_not_precompiled(recorders: dict[str, Recorder], tmp_path: Path) -> None:
+    g = og.Graph()
+    x = g.placeholder((None, 64), og.float32)
+    ops, ins = region_of([g.exp(x)])
+    kernel = region_kernel(ops, ins, [ops[-1].outputs[0]], cache_dir=tmp_path)
+    assert precompile.precompile(kernel, torch.device("cpu")) == []
