@@ -19,11 +19,12 @@ TUNE_HEAD_START_CYCLES = 3_000_000
 SPIN_CYCLES_PER_MS = 2_000_000  # the H200's SMs run at up to 1.98 GHz: a spin lasts at least cycles / this ms
 
 
-def device_ms(call: Callable[[], object], launches: int = TUNE_LAUNCHES) -> float:
-    """Device time of ``launches`` calls queued behind a spinning kernel. Should the host take longer to queue
-    them than the spin lasts (a GC pause, a busy process), the GPU waited on it: timed again with a spin twice as
-    long, up to twice."""
-    cycles = TUNE_HEAD_START_CYCLES
+def device_ms(call: Callable[[], object], launches: int = TUNE_LAUNCHES,
+              head_start_cycles: int = TUNE_HEAD_START_CYCLES) -> float:
+    """Device time of ``launches`` calls queued behind a spinning kernel of ``head_start_cycles``. Should the host
+    take longer to queue them than the spin lasts (a GC pause, a busy process), the GPU waited on it: timed again
+    with a spin twice as long, up to twice."""
+    cycles = head_start_cycles
     while True:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
@@ -34,7 +35,7 @@ def device_ms(call: Callable[[], object], launches: int = TUNE_LAUNCHES) -> floa
         end.record()
         queued_ms = (time.perf_counter() - t0) * 1e3
         end.synchronize()
-        if queued_ms < cycles / SPIN_CYCLES_PER_MS or cycles >= 4 * TUNE_HEAD_START_CYCLES:
+        if queued_ms < cycles / SPIN_CYCLES_PER_MS or cycles >= 4 * head_start_cycles:
             return float(start.elapsed_time(end))
         cycles *= 2
 

@@ -15,5 +15,6 @@ def pad_last_axis(x_ptr, out_ptr, cols, out_cols, x_row_stride, left, value, BLO
     src = c - left
     inside = (src >= 0) & (src < cols)
     v = tl.load(x_ptr + row * x_row_stride + src, mask=inside, other=0)
-    v = tl.where(inside, v, value)
-    tl.store(out_ptr + row * out_cols + c, v.to(out_ptr.dtype.element_ty), mask=c < out_cols)
+    fill = tl.full([BLOCK], value, out_ptr.dtype.element_ty)
+    v = tl.where(inside, v, fill)  # selected in x's dtype: its values are copied bit for bit
+    tl.store(out_ptr + row * out_cols + c, v, mask=c < out_cols)

@@ -26,6 +26,7 @@ import torch
 ENABLED = os.environ.get("OPGRAPH_PAD_KERNEL", "1") != "0"
 BLOCK = 1024  # output elements a program: 8 a thread with 4 warps
 MAX_COLUMN_BLOCKS = 65535  # the grid's second axis
+MAX_ROWS = 2**31 - 1  # its first
 _kernels: dict[str, Any] = {}
 
 
@@ -52,9 +53,15 @@ def use_kernel(x: torch.Tensor, left: int, right: int, value: float = 0.0, inter
     switched off."""
     on_device = x.is_cuda or (interpret and x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
     out_cols = x.shape[-1] + left + right if x.dim() else 0
-    exact = math.isnan(value) or float(torch.tensor(value, dtype=torch.float32)) == value
-    return (ENABLED and on_device and x.dtype.is_floating_point and exact and x.numel() > 0 and x.dim() >= 1
-            and -(-out_cols // BLOCK) <= MAX_COLUMN_BLOCKS and _rows_stride(x) is not None and _triton_installed())
+    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    return (ENABLED and on_device and x.dtype.is_floating_point and _float32_holds(value) and x.numel() > 0
+            and x.dim() >= 1 and rows < MAX_ROWS and -(-out_cols // BLOCK) <= MAX_COLUMN_BLOCKS
+            and _rows_stride(x) is not None and _triton_installed())
+
+
+@functools.lru_cache(maxsize=64)
+def _float32_holds(value: float) -> bool:
+    return math.isnan(value) or float(torch.tensor(value, dtype=torch.float32)) == value
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -63,7 +64,8 @@ class Executable:
 
             for fn in self._generated.kernels.values():
                 if getattr(fn, "kernel", None) is not None:
-                    precompile(fn.kernel, device.torch)
+                    with contextlib.suppress(Exception):  # best effort: a kernel left out compiles at its launch
+                        precompile(fn.kernel, device.torch)
         self._first_run = True
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()

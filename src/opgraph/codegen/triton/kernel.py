@@ -10,6 +10,7 @@ Triton is imported only when a kernel is loaded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import math
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ...core.device_timing import TUNE_LAUNCHES, device_ms
+from ...core.device_timing import TUNE_HEAD_START_CYCLES, TUNE_LAUNCHES, device_ms
 from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
@@ -39,6 +40,7 @@ from .region import Config, RegionEmitter, candidate_configs
 DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
 SLOW_CANDIDATE = 2.0  # a candidate whose one launch takes this many times the best's per launch is not timed further
+SLOW_CANDIDATE_MIN_MS = 0.05  # ... and at least this long: below it one launch's timing is too coarse to judge by
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -141,6 +143,8 @@ class RegionKernel:
             return self
         folder = self.cache_dir or default_cache_dir()
         candidates = [self, *self.alternatives()]
+        if hasattr(self.alternatives, "cache_clear"):  # the losers (and their split workspaces) are not kept
+            self.alternatives.cache_clear()
         # the candidates are part of the key: a configuration added since is timed, not passed over
         offered = repr([k.config for k in candidates])
         key = tuning_records.record_key(self.key, offered, inputs) if tuning_records.enabled() else None
@@ -158,7 +162,8 @@ class RegionKernel:
                     k(*inputs)
                     # one launch first: a candidate far slower than the best so far (a split too fine or too coarse
                     # for these rows: milliseconds where the best takes microseconds) skips its full timing
-                    if fastest < math.inf and _single_launch_ms(k, inputs) > SLOW_CANDIDATE * fastest:
+                    if fastest < math.inf and _single_launch_ms(k, inputs) > max(SLOW_CANDIDATE * fastest,
+                                                                                   SLOW_CANDIDATE_MIN_MS):
                         continue
                     ms = _device_ms(k, inputs) / TUNE_LAUNCHES
                     timed.append((ms, len(timed), k))
@@ -184,16 +189,20 @@ class RegionKernel:
             votes[key] = votes.get(key, 0) + x.numel() * x.element_size()
         return max(votes, key=lambda k: (votes[k], k is None)) if votes else None
 
+    def workspace_sizes(self, rows: int) -> tuple[int, int]:
+        """Elements of a split reduction's float32 partials and int32 barrier counters for ``rows`` rows."""
+        per = WS_PARTS * max(MAX_BARRIERS, self.config.xblock)  # row groups, or a column tile's partials
+        return rows * per * self.config.split, rows * (MAX_BARRIERS + 1)
+
     def _workspace(self, rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Partials and barrier counters of a split reduction: allocated once per device and row count (the
         kernel leaves its counters at zero), so a CUDA-graph replay finds them where the capture did."""
         key = (str(device), rows)
         found = self._workspaces.get(key)
         if found is None:
-            split = self.config.split
-            per = WS_PARTS * max(MAX_BARRIERS, self.config.xblock)  # row groups, or a column tile's partials
-            found = (torch.empty(rows * per * split, dtype=torch.float32, device=device),
-                     torch.zeros(rows * (MAX_BARRIERS + 1), dtype=torch.int32, device=device))
+            partials, counters = self.workspace_sizes(rows)
+            found = (torch.empty(partials, dtype=torch.float32, device=device),
+                     torch.zeros(counters, dtype=torch.int32, device=device))
             self._workspaces[key] = found
         return found
 
@@ -278,13 +287,16 @@ class RegionKernel:
             self.fn[launch.grid](*args, **options)
         return outs
 
-    def _arguments(self, launch: _Launch, inputs: Sequence[torch.Tensor], outs: Sequence[torch.Tensor],
-                   dev: torch.device) -> tuple[list[Any], dict[str, Any]]:
-        """The Triton function's arguments and launch options for ``launch`` (not for an empty grid)."""
+    def _arguments(self, launch: _Launch, inputs: Sequence[Any], outs: Sequence[Any], dev: torch.device,
+                   workspace: Sequence[Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+        """The Triton function's arguments and launch options for ``launch`` (not for an empty grid); a split
+        reduction's ``workspace`` is this kernel's own unless given (stand-ins, to compile without memory)."""
         strides = [0 if inputs[i].shape[k] == 1 else inputs[i].stride(k) for i, k in self.strides]
         cfg = self.config
         blocks = dict(XBLOCK=cfg.xblock, RBLOCK=cfg.rblock) if cfg.reduction else dict(BLOCK=cfg.block)
-        extra = self._workspace(launch.grid[0] // cfg.split, dev) if cfg.split > 1 else ()
+        extra: Sequence[Any] = ()
+        if cfg.split > 1:
+            extra = workspace if workspace is not None else self._workspace(launch.grid[0] // cfg.split, dev)
         options: dict[str, Any] = dict(num_warps=cfg.num_warps, **blocks)
         if cfg.split > 1 and dev.type == "cuda":
             # no FMA contraction where split programs meet: with it, float32 batch norms with split column sums gave
@@ -338,8 +350,9 @@ def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
 
 
 def _single_launch_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:
-    """Device time of one launch of ``k``, queued as ``_device_ms`` queues its launches."""
-    return device_ms(lambda: k(*inputs), launches=1)
+    """Device time of one launch of ``k``, queued behind a spin a fifth as long as ``_device_ms``'s (one launch to
+    queue, not five; a host that outlasts it doubles it as there)."""
+    return device_ms(lambda: k(*inputs), launches=1, head_start_cycles=TUNE_HEAD_START_CYCLES // TUNE_LAUNCHES)
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -409,7 +422,8 @@ def region_kernel(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: S
                     continue
             return out
 
-        kernel.alternatives = alternatives
+        # emitted once for the tuner and the background compiles; the tuner drops them once it has chosen
+        kernel.alternatives = functools.cache(alternatives)
     return kernel
 
 
