@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -332,3 +333,18 @@ def test_json_keeps_the_models_measured_before_a_run_stops(monkeypatch: pytest.M
     assert data["complete"] is False and data["training"] == [] and data["compile"] == []
     assert [(r["model"], r["batch"]) for r in data["inference"]] == [("tiny_vgg", 1)]
     assert data["inference"][0]["cells"][0]["median_ms"] > 0
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_a_cold_cache_gives_opgraph_an_empty_triton_cache_and_no_tuning_records(cold: bool) -> None:
+    args = build_parser().parse_args(["bench", "--models", "tiny_cnn", "--quiet", *(["--cold-cache"] if cold else [])])
+    b = bench.Bench(args, og.device("cpu"), bench.Progress(enabled=False))
+    before = (os.environ.get("TRITON_CACHE_DIR"), os.environ.get("OPGRAPH_TUNING_RECORDS"))
+    with b._cell_context("opgraph", bench.Cell("opgraph")):
+        inside = (os.environ.get("TRITON_CACHE_DIR"), os.environ.get("OPGRAPH_TUNING_RECORDS"))
+        if cold:
+            assert inside[1] == "0" and inside[0] is not None and Path(inside[0]).is_dir()
+            assert not any(Path(inside[0]).iterdir())
+        else:
+            assert inside == before
+    assert (os.environ.get("TRITON_CACHE_DIR"), os.environ.get("OPGRAPH_TUNING_RECORDS")) == before

@@ -13,11 +13,13 @@ import math
 import os
 import platform
 import statistics
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -128,7 +130,8 @@ def register(sub: Any) -> None:
                    help="stop a cell's timing after this long, at least one run (default 30)")
     p.add_argument("--threads", type=_positive, default=None, help="CPU threads for PyTorch (default: its own)")
     p.add_argument("--cold-cache", action="store_true",
-                   help="give Inductor an empty cache, so that its compile times do not profit from earlier runs")
+                   help="give Inductor an empty cache, and opgraph an empty Triton cache and no tuning records, so "
+                        "that compile times do not profit from earlier runs")
     p.add_argument("--json", default=None, metavar="PATH",
                    help="write all results as JSON (rewritten after each model: \"complete\" is false until the end)")
     p.add_argument("--plot", default=None, metavar="PATH", help="write a PNG bar chart of the speed-ups vs eager")
@@ -284,6 +287,10 @@ class Bench:
 
                 fresh = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
                 stack.enter_context(fresh())
+            if backend == "opgraph" and self.cold_cache:  # as Inductor's fresh cache: nothing of earlier runs
+                folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="opgraph-cold-"))
+                stack.enter_context(mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": folder,
+                                                                 "OPGRAPH_TUNING_RECORDS": "0"}))
             if backend == "opgraph":
                 from opgraph.frontends.torch import recording
 
@@ -693,7 +700,8 @@ def run(args: argparse.Namespace) -> int:
         measured += bench.training(args.dtypes[:1]) + bench.inference(args.batches[:1])
     compiles = compile_rows(measured)
     if "compile" in sections:
-        cache = "an empty Inductor cache" if args.cold_cache else "Inductor's on-disk cache as it was"
+        cache = ("empty caches: Inductor's, and Triton's without tuning records for opgraph" if args.cold_cache
+                 else "on-disk caches and opgraph's tuning records as they were")
         _print_section(f"first call on {dev} (seconds until the first training step or inference returns, "
                        f"compiling included; {cache})", compile_table(compiles, backends))
     if args.json:
