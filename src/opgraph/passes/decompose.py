@@ -62,7 +62,18 @@ from .layout import TO_NCHW, TO_NHWC
 from .program import Program, rewrite
 from .views import fold_views
 
-Decomposition = Callable[[OpBuilder, Operation, list[Tensor]], "list[Tensor] | None"]
+
+@dataclass
+class Uses:
+    """What a decomposition may ask of the program around the op: who reads each value and which values are
+    results; and what it asks back (``fold_views``: it left transposes for ``fold_views`` to cancel)."""
+
+    readers: dict[int, list[Operation]]
+    outputs: set[int]
+    fold_views: bool = False
+
+
+Decomposition = Callable[[OpBuilder, Operation, list[Tensor], Uses], "list[Tensor] | None"]
 
 
 # ---- group_norm ----------------------------------------------------------------------------------------
@@ -96,7 +107,7 @@ def _group_norm_applies(op: Operation) -> bool:
         not any(None in p.shape for p in params)
 
 
-def _group_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _group_norm(b: OpBuilder, op: Operation, ins: list[Tensor], uses: Uses) -> list[Tensor] | None:
     y = _group_norm_grouped(b, op, ins)
     return None if y is None else [b.reshape(y, ins[0].shape, last=True)]
 
@@ -186,7 +197,7 @@ def _in_grouped_layout(b: OpBuilder, op: Operation, ins: list[Tensor], e: _Epilo
 
 
 # ---- softmax_cross_entropy -----------------------------------------------------------------------------
-def _cross_entropy(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _cross_entropy(b: OpBuilder, op: Operation, ins: list[Tensor], uses: Uses) -> list[Tensor] | None:
     a: SoftmaxCrossEntropyAttrs = op.attrs
     logits, labels = ins
     ax, classes = a.axis, logits.shape[a.axis]
@@ -231,7 +242,7 @@ def _one_per_fibre(op: Operation) -> bool:
             and indices.shape[axis] == 1 and updates.shape[axis] == 1 and 0 not in data.shape)
 
 
-def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _scatter(b: OpBuilder, op: Operation, ins: list[Tensor], uses: Uses) -> list[Tensor] | None:
     """One update per fibre: where the coordinate along the axis equals the fibre's index (negative indices
     wrapped, as the op's lowering does), the update (or data + update), else the data. Data filled with one value
     (autograd's zeros) becomes that value, so no kernel writes it."""
@@ -270,18 +281,17 @@ def _read_as_nhwc(t: Tensor, readers: dict[int, list[Operation]], outputs: set[i
         o.op is shape.TRANSPOSE and tuple(o.attrs.perm) == TO_NHWC for o in found)
 
 
-def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_nhwc: bool = False
-                       ) -> list[Tensor] | None:
+def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], uses: Uses) -> list[Tensor] | None:
     """Windows that tile the image (stride = window, no padding, dilation or remainder), indices their offsets in
     the window (``passes.pool_indices``): each element gets its window's gradient where the window's offset names
     it, ``select(upsampled offsets == (h % kh) * kw + w % kw, upsampled gradient, 0)``. Elementwise on whole
     upsamplings (index rules), it joins the region of the ReLU's gradient and the bias sums after it, instead of
     a kernel that writes the gradient for that region to read back.
 
-    ``read_as_nhwc`` (only transposes to NHWC read the result, as the layout pass leaves a CNN's pools): the same
-    in NHWC, the offsets (and an NCHW incoming gradient) read through transposes, the result transposed back to
-    NCHW; ``decompose_for_fusion`` then folds that transpose into its readers', so the ReLU mask and the bias sum
-    make one NHWC region with it, the sum a column reduction (an NCHW result would be read against its order)."""
+    Where only transposes to NHWC read the result (as the layout pass leaves a CNN's pools): the same in NHWC, the
+    offsets (and an NCHW incoming gradient) read through transposes, the result transposed back to NCHW, and
+    ``uses.fold_views`` set, so that transpose folds into its readers' and the ReLU mask and the bias sum make one
+    NHWC region with it, the sum a column reduction (an NCHW result would be read against its order)."""
     d = op.attrs.descriptor
     grad, idx = ins[:2]
     y = op.outputs[0]
@@ -296,7 +306,7 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_n
             or any(pads) or (grad.shape[2], grad.shape[3]) != (height // kh, width // kw) \
             or (height % kh, width % kw) != (0, 0):
         return None
-    nhwc = read_as_nhwc
+    nhwc = _read_as_nhwc(y, uses.readers, uses.outputs)
     from_nhwc = grad.op.op is shape.TRANSPOSE and tuple(grad.op.attrs.perm) == TO_NCHW  # the layout pass's view
     layout = TensorLayout.NHWC if nhwc else TensorLayout.NCHW
     up = ResizeNearestAttrs((height, width), center_result=False, data_layout=layout,
@@ -315,11 +325,12 @@ def _max_pool_gradient(b: OpBuilder, op: Operation, ins: list[Tensor], read_as_n
     if not nhwc:
         return [b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], last=True)]
     out = b.op(ew.SELECT, [hit, spread, b.scalar(0, grad.dtype)], part="nhwc")
+    uses.fold_views = True
     return [b.op(shape.TRANSPOSE, [out], shape.TransposeAttrs(TO_NCHW), last=True)]
 
 
 # ---- batch_norm_training -----------------------------------------------------------------------------
-def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor]) -> list[Tensor] | None:
+def _batch_norm(b: OpBuilder, op: Operation, ins: list[Tensor], uses: Uses) -> list[Tensor] | None:
     """(y, mean, biased variance) from two sums over every axis but the channel's, of ``x`` shifted by its first
     element per channel (the shifted-data variance: a sum of squares about a sample, not about 0, cancels only
     as much as the channel's spread; plain sums split across programs where a running variance cannot). The
@@ -418,7 +429,7 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
         if chain:
             heads.add(id(o))
     grouped: set[int] = set()  # old values whose new value is in the grouped layout
-    transposed: list[bool] = []  # NHWC pool gradients, whose transpose back meets their readers' transposes
+    uses = Uses(readers, outputs)
 
     def fn(op: Operation, ins: list[Tensor], g: GraphCore) -> list[Tensor] | None:
         b = OpBuilder(g, op.name, taken)
@@ -434,15 +445,11 @@ def decompose_for_fusion(program: Program, can_fuse: Callable[[Operation], bool]
             return [y]
         if id(op) not in ids:
             return None
-        if op.op is MAX_POOL2D_GRADIENT and _read_as_nhwc(op.outputs[0], readers, outputs):
-            out = _max_pool_gradient(b, op, ins, read_as_nhwc=True)
-            transposed.append(out is not None)
-            return out
-        return DECOMPOSITIONS[op.op](b, op, ins)
+        return DECOMPOSITIONS[op.op](b, op, ins, uses)
 
     # a decomposition may leave a producer unread (the fill a one-update scatter took its value from)
     out = dead_code_elimination(rewrite(program, fn))
-    return fold_views(out) if any(transposed) else out
+    return fold_views(out) if uses.fold_views else out
 
 
 __all__ = ["DECOMPOSITIONS", "decompose_for_fusion"]
