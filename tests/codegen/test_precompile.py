@@ -20,6 +20,8 @@ from opgraph.codegen.triton import configs, precompile, tuning_records  # noqa: 
 from opgraph.codegen.triton import kernel as kmod  # noqa: E402
 from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
 
+from .test_tuning_records import _column_sum  # noqa: E402  (a column sum with split candidates)
+
 
 class Recorder:
     """A Triton function that records its warmups (and their thread) and launches instead of compiling."""
@@ -47,14 +49,6 @@ def recorders(monkeypatch: pytest.MonkeyPatch) -> dict[str, Recorder]:
     with mock.patch.object(configs, "multiprocessors", lambda: 132), \
             mock.patch.object(configs, "_splittable", lambda em: True):
         yield made
-
-
-def _column_sum(folder: Path) -> RegionKernel:
-    g = og.Graph()
-    x = g.placeholder((2048, 64), og.float32)
-    y = g.reduce_sum(g.relu(x), [0])
-    ops, ins = region_of([y])
-    return region_kernel(ops, ins, [y], cache_dir=folder)
 
 
 def _settle() -> None:
