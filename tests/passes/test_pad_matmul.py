@@ -243,3 +243,10 @@ def test_random_products_padded_equal_numpy(m: int, k: int, n: int, x_t: bool, w
     align = 16 // dtype.itemsize
     needs = (m % align and x_t) or (k % align and (not x_t or w_t)) or n % align
     assert ("pad" in ops) == bool(needs)
+
+
+@pytest.mark.parametrize("field", ["pad_matmuls", "channels_last", "batch_norm_regions"])
+def test_a_three_way_option_that_is_not_a_bool_or_none_is_refused(field: str) -> None:
+    with pytest.raises(og.OpgraphError, match=f"{field} must be True, False or None, got 'yes'"):
+        og.CompilationDescriptor(**{field: "yes"})  # type: ignore[arg-type]
+    assert getattr(og.CompilationDescriptor(**{field: False}), field) is False

@@ -50,6 +50,7 @@ from ..ops.slicing import PAD, SLICE, PadAttrs, PaddingMode, SliceAttrs
 from .builder import fresh_name
 from .dce import dead_code_elimination
 from .program import Program, rewrite
+from .transpose_product import swaps_last_two
 
 ALIGN_BYTES = 16  # cuBLAS's widest vector access
 MIN_FLOPS = 1 << 33  # smaller products keep their sizes: the pad kernels' launches would outweigh the gain
@@ -70,11 +71,6 @@ class Padding:
 Decide = Callable[[int, int, int, torch.dtype, Padding], bool]
 
 
-def _swaps_last_two(op: Operation) -> bool:
-    rank = op.outputs[0].rank
-    return op.op is TRANSPOSE and rank >= 2 and op.attrs.perm == (*range(rank - 2), rank - 1, rank - 2)
-
-
 def padding_for(op: Operation) -> tuple[int, int, int, Padding] | None:
     """(M, K, N, the padding) of an eligible product whose layouts leave a leading dimension misaligned; None
     otherwise (the module docstring says which)."""
@@ -87,7 +83,7 @@ def padding_for(op: Operation) -> tuple[int, int, int, Padding] | None:
     if m is None or k is None or n is None or w.shape[0] != k:
         return None
     align = int(ALIGN_BYTES // x.dtype.itemsize)
-    x_t, w_t = x.rank == 2 and _swaps_last_two(x.op), _swaps_last_two(w.op)
+    x_t, w_t = x.rank == 2 and swaps_last_two(x.op), swaps_last_two(w.op)
 
     def pad(size: int, read_along: bool) -> int:
         return -size % align if read_along else 0
@@ -175,7 +171,7 @@ def pad_matmuls(program: Program, device_kind: str = "cpu", decide: Decide | Non
             return t
         key = (id(t), after)
         if key not in made:
-            if t.rank == 2 and _swaps_last_two(t.op):  # pad the transpose's source: the pad is shared, a view kept
+            if t.rank == 2 and swaps_last_two(t.op):  # pad the transpose's source: the pad is shared, a view kept
                 source = padded(g, t.op.inputs[0], after[::-1], base)
                 name = fresh_name(f"{base}.transpose", taken, g)
                 made[key] = g._add_op(TRANSPOSE, [source], TransposeAttrs((1, 0)), name).outputs[0]

@@ -33,7 +33,8 @@ from .dce import dead_code_elimination
 from .program import Program, readers, rewrite
 
 
-def _swaps_last_two(op: Operation) -> bool:
+def swaps_last_two(op: Operation) -> bool:
+    """``op`` is a transpose of its input's last two axes (a matrix transpose, batch by batch)."""
     if op.op is not TRANSPOSE:
         return False
     rank = op.outputs[0].rank
@@ -68,7 +69,7 @@ def transpose_products(program: Program) -> Program:
     outputs = {id(t) for t in program.outputs}
     chosen: set[int] = set()  # the transposes to rewrite
     for op in program.graph.ops:
-        if not _swaps_last_two(op):
+        if not swaps_last_two(op):
             continue
         product = op.inputs[0]
         mm = product.op
@@ -95,4 +96,4 @@ def transpose_products(program: Program) -> Program:
     return dead_code_elimination(rewrite(program, replace))
 
 
-__all__ = ["transpose_products"]
+__all__ = ["swaps_last_two", "transpose_products"]

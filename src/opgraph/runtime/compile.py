@@ -94,6 +94,10 @@ class CompilationDescriptor:
         if self.optimization_level not in (0, 1):
             raise AttributeValueError(f"CompilationDescriptor: optimization_level must be 0 or 1, "
                                       f"got {self.optimization_level!r}")
+        for name in ("channels_last", "batch_norm_regions", "pad_matmuls"):  # True, False or None (the default)
+            if type(getattr(self, name)) not in (bool, type(None)):
+                raise AttributeValueError(f"CompilationDescriptor: {name} must be True, False or None, got "
+                                          f"{getattr(self, name)!r}")
         if self.constant_fold_limit < 0:
             raise AttributeValueError("CompilationDescriptor: constant_fold_limit must be >= 0")
         if not isinstance(self.channels_last_inputs, tuple) or not all(

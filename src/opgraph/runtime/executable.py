@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -59,13 +58,13 @@ class Executable:
                 self._state[op.name] = op.payload.to(device.torch).clone()  # type: ignore[union-attr]
         self._generated = generate(self.program, device.torch, self._state, descriptor)
         self._fn = self._generated.fn
-        if device.kind == "cuda" and os.environ.get("OPGRAPH_PRECOMPILE") == "1":
-            from ..codegen.triton.precompile import precompile  # the kernels compile while the caller goes on
+        if device.kind == "cuda":
+            from ..codegen.triton import precompile  # the kernels compile while the caller goes on
 
-            for fn in self._generated.kernels.values():
+            for fn in self._generated.kernels.values() if precompile.enabled() else ():
                 if getattr(fn, "kernel", None) is not None:
                     with contextlib.suppress(Exception):  # best effort: a kernel left out compiles at its launch
-                        precompile(fn.kernel, device.torch)
+                        precompile.precompile(fn.kernel, device.torch)
         self._first_run = True
         self._cuda_graph: CapturedRun | None = None
         self._static_inputs: frozenset[int] = frozenset()

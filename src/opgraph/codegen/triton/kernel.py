@@ -141,14 +141,10 @@ class RegionKernel:
         that finds it launches that configuration without compiling and timing the others."""
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
-        folder = self.cache_dir or default_cache_dir()
         candidates = [self, *self.alternatives()]
         if hasattr(self.alternatives, "cache_clear"):  # the losers (and their split workspaces) are not kept
             self.alternatives.cache_clear()
-        # the candidates are part of the key: a configuration added since is timed, not passed over
-        offered = repr([k.config for k in candidates])
-        key = tuning_records.record_key(self.key, offered, inputs) if tuning_records.enabled() else None
-        remembered = tuning_records.lookup(key, folder) if key is not None else None
+        key, remembered = self.recorded_choice(candidates, inputs)
         for k in candidates:  # a decision of an earlier process
             if k.config == remembered:
                 return k
@@ -174,8 +170,18 @@ class RegionKernel:
             return self
         best = min(timed)[2]
         if key is not None:
-            tuning_records.store(key, best.config, folder)
+            tuning_records.store(key, best.config, self.cache_dir or default_cache_dir())
         return best
+
+    def recorded_choice(self, candidates: Sequence[RegionKernel], inputs: Sequence[Any]) -> tuple[str | None,
+                                                                                                   Config | None]:
+        """The tuning-record key of choosing among ``candidates`` for ``inputs`` (tensors, or stand-ins with their
+        shapes and strides) and the configuration an earlier process recorded under it; (None, None) with the
+        records off. The candidates are part of the key: a configuration added since is timed, not passed over."""
+        if not tuning_records.enabled():
+            return None, None
+        key = tuning_records.record_key(self.key, repr([k.config for k in candidates]), inputs)
+        return key, tuning_records.lookup(key, self.cache_dir or default_cache_dir())
 
     def _inner_axis(self, inputs: Sequence[torch.Tensor]) -> int | None:
         """The domain dim that most bytes of the inputs read at the domain's index store contiguously (the

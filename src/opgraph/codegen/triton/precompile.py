@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import tuning_records
-
 if TYPE_CHECKING:
     from .kernel import RegionKernel
 
@@ -85,11 +83,7 @@ def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]
     jobs: list[RegionKernel] = [kernel]
     if kernel.alternatives is not None and max((math.prod(s) for s in shapes), default=0) >= TUNE_MIN_ELEMENTS:
         candidates = [kernel, *kernel.alternatives()]
-        remembered = None
-        if tuning_records.enabled():
-            offered = repr([k.config for k in candidates])
-            folder = kernel.cache_dir or _default_folder()
-            remembered = tuning_records.lookup(tuning_records.record_key(kernel.key, offered, ins), folder)
+        remembered = kernel.recorded_choice(candidates, ins)[1]
         jobs = [k for k in candidates if k.config == remembered] or candidates
     queued = []
     with _LOCK:
@@ -146,12 +140,6 @@ def _work() -> None:
             future.set_result(None)
         except BaseException as e:  # the launch compiles again and reports it
             future.set_exception(e)
-
-
-def _default_folder() -> Any:
-    from .kernel import default_cache_dir
-
-    return default_cache_dir()
 
 
 __all__ = ["enabled", "precompile", "stand_in", "wait_for"]
