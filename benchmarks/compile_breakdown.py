@@ -36,7 +36,7 @@ PHASES = [  # (label, module path, attribute path): wrapped in this order, so ou
     ("kernel tuning (all)", "opgraph.codegen.triton.kernel", "RegionKernel._tune"),
     ("  kernel variants emitted (tuning candidates, strided reads)", "opgraph.codegen.triton.kernel",
      "region_kernel"),
-    ("  candidates compiled (threads)", "opgraph.codegen.triton.kernel", "compile_in_threads"),
+    ("  candidates compiled (worker processes)", "opgraph.codegen.triton.kernel", "compile_in_threads"),
     ("  candidates probed (one launch)", "opgraph.codegen.triton.kernel", "_single_launch_ms"),
     ("  candidates timed", "opgraph.codegen.triton.kernel", "_device_ms"),
     ("kernel sources loaded", "opgraph.codegen.triton.kernel", "load_kernel"),

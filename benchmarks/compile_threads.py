@@ -1,10 +1,12 @@
-"""Compile time of generated reductions' tuning candidates, one by one against threads: the candidates of
-ResNet-50's batch-norm statistics and backward regions (channels-last, ``--batch``), each thread count in a fresh
-process with an empty Triton cache (``kernel.compile_in_threads``, ``OPGRAPH_COMPILE_THREADS``).
+"""Compile time of generated reductions' tuning candidates, one by one against threads and worker processes: the
+candidates of ResNet-50's batch-norm statistics and backward regions (channels-last, ``--batch``), each setting in
+a fresh process with an empty Triton cache (``kernel.compile_in_threads``, ``OPGRAPH_COMPILE_THREADS``,
+``OPGRAPH_COMPILE_PROCESSES``).
 
-With a CUDA device the candidates compile as the tuner compiles them (``RegionKernel.compile_for``, Triton's
-``warmup``) for that GPU. Without one they compile for sm_90 through ``triton.compile`` (front end, MLIR passes,
-ptxas; nothing runs), as candidates for ``--sms`` multiprocessors (the H200's 132 by default).
+With a CUDA device the candidates compile as the tuner compiles them: one by one at their launches, or ahead in
+threads, each thread compiling itself or (``processes``) driving a worker process (``precompile``). Without one they
+compile for sm_90 through ``triton.compile`` in threads (front end, MLIR passes, ptxas; nothing runs), as candidates
+for ``--sms`` multiprocessors (the H200's 132 by default).
 
     python benchmarks/compile_threads.py --threads 1,4,16
     python benchmarks/compile_threads.py --dtypes bfloat16 --shapes 64x56 --threads 1,2
@@ -102,18 +104,22 @@ def worker(args: argparse.Namespace) -> None:
         for k in kernels:
             k.fn  # noqa: B018 - loads the module: Python's import of the source is not the compile timed here
     os.environ["OPGRAPH_COMPILE_THREADS"] = str(args.worker)
+    os.environ["OPGRAPH_COMPILE_PROCESSES"] = "1" if args.processes else "0"
     t0 = time.perf_counter()
     for kernels, feed in work:
         if device == "cuda":
             if args.worker > 1:
                 compile_in_threads(kernels, feed)
-            else:  # one by one, as the tuner's launches compile them
+            else:  # one by one, as the tuner's launches compile them (a launch's run is microseconds)
                 for k in kernels:
-                    k.compile_for(feed)
+                    k._tuned[tuple(tuple(x.shape) for x in feed)] = k
+                    k(*feed)
+                torch.cuda.synchronize()
         else:
             with ThreadPoolExecutor(args.worker) as pool:
                 list(pool.map(lambda k, feed=feed: _compile_for_sm90(k, feed), kernels))
-    print(json.dumps({"threads": args.worker, "kernels": sum(len(k) for k, _ in work), "emit_s": emitted,
+    print(json.dumps({"threads": args.worker, "processes": bool(args.processes and device == "cuda"),
+                      "kernels": sum(len(k) for k, _ in work), "emit_s": emitted,
                       "compile_s": time.perf_counter() - t0, "target": device}))
 
 
@@ -125,17 +131,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", default="bfloat16", help="float32, bfloat16 (comma-separated)")
     p.add_argument("--threads", type=fusion.positive_ints, default=(1, 4, 16), help="thread counts to compare")
     p.add_argument("--sms", type=int, default=132, help="multiprocessors the candidates are for, without a GPU")
+    p.add_argument("--modes", default="threads,processes",
+                   help="with more than one thread on CUDA: threads (each compiling itself), processes (each driving "
+                        "a worker process), comma-separated")
     p.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--processes", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args)
         return 0
     rows, base = [], None
-    for t in args.threads:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    settings = [(t, m == "processes") for t in args.threads
+                for m in (modes if t > 1 and torch.cuda.is_available() else modes[:1])]
+    for t, processes in settings:
         env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="og-compile-")}
         env.pop("TRITON_INTERPRET", None)
-        cmd = [sys.executable, __file__, "--worker", str(t), "--batch", str(args.batch), "--dtypes", args.dtypes,
-               "--shapes", ",".join(f"{c}x{s}" for c, s in args.shapes), "--sms", str(args.sms)]
+        cmd = [sys.executable, __file__, "--worker", str(t), "--processes", str(int(processes)), "--batch",
+               str(args.batch), "--dtypes", args.dtypes, "--shapes", ",".join(f"{c}x{s}" for c, s in args.shapes),
+               "--sms", str(args.sms)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if done.returncode or not lines:
@@ -143,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         r = json.loads(lines[-1])
         base = base or r["compile_s"]
-        rows.append([str(t), str(r["kernels"]), f"{r['emit_s']:.2f}", f"{r['compile_s']:.2f}",
+        rows.append([str(t), "processes" if r["processes"] else "threads", str(r["kernels"]), f"{r['emit_s']:.2f}",
+                     f"{r['compile_s']:.2f}",
                      f"{r['kernels'] / r['compile_s']:.2f}", f"{base / r['compile_s']:.2f}", r["target"]])
-        print(f"  {t} threads: done", file=sys.stderr, flush=True)
+        print(f"  {t} threads{' + processes' if processes else ''}: done", file=sys.stderr, flush=True)
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "sm_90 (compile only, no GPU)"
     print(f"{os.cpu_count()} CPUs; target {name}")
-    print(format_table(["threads", "kernels", "emit s", "compile s", "kernels/s", "speed-up", "target"], rows))
+    print(format_table(["threads", "compiling in", "kernels", "emit s", "compile s", "kernels/s", "speed-up",
+                        "target"], rows))
     return 0
 
 

@@ -315,5 +315,6 @@ def test_candidates_compile_in_threads_with_their_launch_arguments(monkeypatch: 
         k(*values)
         _, launch_args, launch_grid, launch_options = k._fn.calls[-1]
         assert (grid, options) == (launch_grid, launch_options)
-        assert [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a for a in args] == \
-               [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else a for a in launch_args]
+        assert not any(isinstance(a, torch.Tensor) for a in args)  # stand-ins: nothing allocated to compile
+        assert [(tuple(a.shape), a.dtype) if hasattr(a, "dtype") else a for a in args] == \
+               [(tuple(a.shape), a.dtype) if hasattr(a, "dtype") else a for a in launch_args]

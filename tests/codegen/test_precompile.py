@@ -86,7 +86,7 @@ def test_every_candidate_compiles_in_the_background_with_its_launch_arguments(re
         assert len(_warmed(recorders, k)) == 1
         recorder = recorders[k.source]
         thread, args, grid, options = next(w for w in recorder.warmups if w[2:] == recorder.launches[-1][1:])
-        assert thread.startswith("opgraph-precompile")
+        assert thread.startswith("opgraph-compile")
         assert _described(args) == _described(recorder.launches[-1][0])
         assert not any(isinstance(a, torch.Tensor) for a in args)  # split workspaces too: no device memory
 

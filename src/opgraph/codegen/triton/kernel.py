@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,19 @@ def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
+def kernel_file(source: str, cache_dir: Path | None = None) -> tuple[Path, str]:
+    """The file ``source`` is stored in (written once, atomically) and the name of its ``@triton.jit`` function."""
+    folder = cache_dir or default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    key = source_key(source)
+    path = folder / f"og_ew_{key}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = folder / f".og_ew_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(source)
+        os.replace(tmp, path)  # atomic: concurrent writers race to the same content
+    return path, _KERNEL_DEF.search(source).group(1)  # type: ignore[union-attr]
+
+
 def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
     """The ``@triton.jit`` function (named ``KERNEL_NAME...``) defined by ``source``, loaded once per source."""
     key = source_key(source)
@@ -80,21 +92,14 @@ def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
         fn = _LOADED.get(key)
         if fn is not None:
             return fn
-        folder = cache_dir or default_cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"og_ew_{key}.py"
-        if not path.exists() or path.read_text() != source:
-            tmp = folder / f".og_ew_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-            tmp.write_text(source)
-            os.replace(tmp, path)  # atomic: concurrent writers race to the same content
-        name = f"opgraph_triton_og_ew_{key}"
+        path, function = kernel_file(source, cache_dir)
+        name = f"opgraph_triton_og_ew_{key}"  # the compile workers import it under the same name
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        fn = getattr(module, _KERNEL_DEF.search(source).group(1))  # type: ignore[union-attr]
-        _LOADED[key] = fn
+        fn = _LOADED[key] = getattr(module, function)
         return fn
 
 
@@ -310,27 +315,11 @@ class RegionKernel:
             options["enable_fp_fusion"] = False
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 
-    def compile_for(self, inputs: Sequence[torch.Tensor]) -> None:
-        """Compile, without launching, this configuration for contiguous CUDA ``inputs`` (Triton's ``warmup``:
-        the launch that follows finds it compiled)."""
-        launch = self._launch(tuple(tuple(x.shape) for x in inputs))
-        if not launch.grid[0]:
-            return
-        precompile.wait_for(self.key, self.config)
-        dev = inputs[0].device
-        outs = [torch.empty(shape, dtype=t.dtype.torch_dtype, device=dev)
-                for shape, t in zip(launch.out_shapes, self.out_types, strict=True)]
-        args, options = self._arguments(launch, inputs, outs, dev)
-        # the current device is per thread, and Triton caches kernels per device
-        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
-            self.fn.warmup(*args, grid=launch.grid, **options)
-
 
 def compile_threads() -> int:
-    """Threads that compile a kernel's tuning candidates ahead of timing them: ``OPGRAPH_COMPILE_THREADS`` (0 or 1
-    compiles each on its first launch, one after another). By default the CPU count, at most 16: on the H200
-    machine's 16 cores ResNet-50's 88 batch-norm candidates compiled 2.42x faster in 16 threads than in one
-    (``benchmarks/compile_threads.py``, RESULTS.md tenth session)."""
+    """Threads that compile kernels ahead of their launches (``precompile``), each with a worker process on CUDA:
+    ``OPGRAPH_COMPILE_THREADS`` (0 or 1 compiles a tuner's candidates on their first launches, one after another).
+    By default the CPU count, at most 16."""
     value = os.environ.get("OPGRAPH_COMPILE_THREADS", "")
     if value.isdigit():
         return max(1, int(value))
@@ -338,16 +327,12 @@ def compile_threads() -> int:
 
 
 def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
-    """Compile ``kernels`` for ``inputs`` in ``compile_threads()`` threads: Triton's compile runs mostly outside the
-    GIL (``benchmarks/compile_threads.py``: 88 candidates for sm_90 in 23.1 s one by one, 13.4 s in two threads on a
-    2-core CPU). A configuration that fails here is left to its launch, which the tuner skips on failure."""
-    threads = min(compile_threads(), len(kernels))
-    if threads <= 1:
+    """Compile ``kernels`` for ``inputs`` ahead of their launches in the ``compile_threads()`` compile threads (on
+    CUDA each drives a worker process: ``precompile``), and return when they are compiled; with one thread, nothing
+    is compiled ahead. A configuration that fails here is left to its launch, which the tuner skips on failure."""
+    if min(compile_threads(), len(kernels)) <= 1:
         return
-    with ThreadPoolExecutor(threads, thread_name_prefix="opgraph-compile") as pool:
-        for done in [pool.submit(k.compile_for, inputs) for k in kernels]:
-            with contextlib.suppress(Exception):  # resources, or anything the launch will report itself
-                done.result()
+    precompile.compile_ahead(kernels, inputs)
 
 
 def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:

@@ -1,50 +1,71 @@
-"""Compiling an executable's generated kernels in the background as soon as it is built, before its first run.
+"""Compiling generated kernels ahead of their launches: a tuned kernel's candidates before the tuner times them, and
+(``OPGRAPH_PRECOMPILE=1``) an executable's kernels in the background as soon as it is built.
 
-Without it each kernel compiles at its first launch, one after another on the calling thread (a tuned kernel's
-candidates in threads, but one kernel at a time). A kernel whose input types are static is compiled here for
-contiguous inputs of those types, in ``compile_threads()`` background threads, while the caller goes on (a torch
-step's backward graph is traced and compiled meanwhile). A kernel that will be tuned has all its candidates
-compiled, or only the configuration a tuning record names. Nothing runs and no device memory is allocated: the
-inputs, outputs and split workspaces are Triton's ``MockTensor`` stand-ins, whose address is aligned as PyTorch's
-allocations are, so the launch that follows finds its kernel compiled. Inputs that turn out strided, or at an
-address that is not a multiple of 16 bytes, take another specialisation, compiled at launch.
+Without it each kernel compiles at its first launch, one after another on the calling thread. Here compiles queue
+for ``compile_threads()`` daemon threads, tuning candidates ahead of background work; on CUDA each thread hands its
+job to a worker process of its own (``compile_worker``: Triton's compile holds the GIL for much of its work, so
+threads alone gained 2.4x on 16 cores), which writes the kernel into Triton's disk cache; the thread then loads it
+from there (Triton's ``warmup`` again, now a cache hit), so the launch finds it in memory.
+``OPGRAPH_COMPILE_PROCESSES=0`` compiles in the threads themselves, as does a worker that cannot be started. Nothing
+runs and no device memory is allocated: the inputs, outputs and split workspaces are stand-ins
+(``compile_worker.stand_in``) at the alignment of the tensors they stand for. Inputs that turn out strided, or
+otherwise aligned, take another specialisation, compiled at launch.
 
-A launch (and a tuner's own compile) of a configuration compiling here waits for it instead of compiling it twice;
-one still queued is taken off the queue and compiled by the launch itself. The workers are daemon threads, so a
-process exits without finishing the queue. Off unless ``OPGRAPH_PRECOMPILE=1``: whether it pays, against the GIL it
-shares with the caller, is measured by ``benchmarks/compile_breakdown.py``.
+A kernel whose input types are static is compiled for contiguous inputs of those types; one that will be tuned has
+all its candidates compiled, or only the configuration a tuning record names. A launch (and a tuner's own compile)
+of a configuration compiling here waits for it instead of compiling it twice; one still queued is taken off the
+queue and compiled by the launch itself. The threads are daemons, so a process exits without finishing the queue;
+the workers exit when their stdin closes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import os
+import pickle
 import queue
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import compile_worker
+from .compile_worker import stand_in
+
 if TYPE_CHECKING:
     from .kernel import RegionKernel
 
-_PENDING: dict[tuple[str, Any], Future[None]] = {}  # (source key, configuration) -> its background compile
+AHEAD, BACKGROUND = 0, 1  # queue priorities: a tuner waiting for its candidates, an executable's kernels
+_PENDING: dict[tuple[str, Any], Future[None]] = {}  # (source key, configuration) -> its queued or running compile
 _LOCK = threading.Lock()
-_QUEUE: queue.Queue[tuple[Future[None], Callable[[], None]]] = queue.Queue()
+_QUEUE: queue.PriorityQueue[tuple[int, int, Future[None], Callable[[], None]]] = queue.PriorityQueue()
+_ORDER = itertools.count()  # first in, first out within a priority
 _WORKERS: list[threading.Thread] = []
 _WORKERS_LOCK = threading.Lock()  # apart from _LOCK, which ``precompile`` holds while it submits
+_THREAD = threading.local()  # each compile thread's worker process
+_PROCESSES_FAILED = threading.Event()  # a worker could not be started or died: the threads compile themselves
 
 
 def enabled() -> bool:
+    """Whether executables queue their kernels' compiles when built (``OPGRAPH_PRECOMPILE=1``)."""
     return os.environ.get("OPGRAPH_PRECOMPILE", "0") == "1"
 
 
+def processes_enabled() -> bool:
+    """Whether CUDA compiles go to worker processes (``OPGRAPH_COMPILE_PROCESSES``, on unless 0)."""
+    return os.environ.get("OPGRAPH_COMPILE_PROCESSES", "1") != "0" and not _PROCESSES_FAILED.is_set()
+
+
 def wait_for(key: str, config: Any) -> None:
-    """Return once no background compile of the source ``key`` in ``config`` is running (at once where none is;
+    """Return once no compile of the source ``key`` in ``config`` is running here (at once where none is;
     configurations differ in their launch options, so candidates may share a source)."""
     pending = _PENDING.get((key, config))
     if pending is None:
@@ -55,21 +76,6 @@ def wait_for(key: str, config: Any) -> None:
         return
     with contextlib.suppress(Exception):  # a failed compile is left to the launch, which reports it
         pending.result()
-
-
-def stand_in(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Any:
-    """A contiguous tensor of ``shape`` and ``dtype`` on ``device`` as Triton's ``warmup`` sees one (Triton's
-    ``MockTensor``: an aligned address), with the sizes, strides and device the launcher code reads."""
-    from triton.runtime.jit import MockTensor
-
-    class Contiguous(MockTensor):
-        def stride(self, dim: int | None = None) -> Any:
-            strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
-            return strides if dim is None else strides[dim]
-
-    t = Contiguous(dtype, list(shape))
-    t.shape, t.device = tuple(shape), device
-    return t
 
 
 def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]:
@@ -95,6 +101,23 @@ def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]
     return queued
 
 
+def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
+    """Compile ``kernels`` for ``inputs`` (contiguous tensors) ahead of the queue's background work, and return
+    when they are compiled; one that fails is left to its launch, which reports it."""
+    device = inputs[0].device if inputs else torch.device("cpu")
+    ins = [stand_in(tuple(x.shape), x.dtype, device, x.data_ptr() % 16) for x in inputs]
+    waits = []
+    with _LOCK:
+        for k in kernels:
+            pending = _PENDING.get((k.key, k.config))
+            if pending is None or pending.cancel():  # none, or queued behind background work: queued ahead now
+                pending = _PENDING[(k.key, k.config)] = _submit(functools.partial(_compile, k, ins, device), AHEAD)
+            waits.append(pending)
+    for done in waits:
+        with contextlib.suppress(Exception):
+            done.result()
+
+
 def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None:
     try:
         launch = kernel._launch(tuple(tuple(x.shape) for x in ins))
@@ -108,23 +131,91 @@ def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None
             workspace = [stand_in((n,), dt, device) for n, dt in zip(sizes, (torch.float32, torch.int32),
                                                                         strict=True)]
         args, options = kernel._arguments(launch, ins, outs, device, workspace)
+        if device.type == "cuda" and processes_enabled():
+            ok, message = _in_worker_process(kernel, args, launch.grid, options, device)
+            if not ok:  # resources, say: the launch compiles it again and reports it
+                raise RuntimeError(message)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            kernel.fn.warmup(*args, grid=launch.grid, **options)
+            kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's compile: loaded from its cache
     finally:
         with _LOCK:
             _PENDING.pop((kernel.key, kernel.config), None)
 
 
-def _submit(job: Callable[[], None]) -> Future[None]:
-    """``job`` run by the daemon workers (``compile_threads()`` of them, started on first use)."""
+def _in_worker_process(kernel: RegionKernel, args: Sequence[Any], grid: tuple[int, ...], options: dict[str, Any],
+                       device: torch.device) -> tuple[bool, str]:
+    """Compile in this thread's worker process: (True, "") once compiled, else (False, why); a worker that is
+    gone turns the processes off and answers (True, ""): the warmup that follows compiles it here."""
+    from .kernel import kernel_file
+
+    path, function = kernel_file(kernel.source, kernel.cache_dir)
+    job = compile_worker.Job(str(path), f"opgraph_triton_og_ew_{kernel.key}", function,
+                             tuple(compile_worker.describe(a) for a in args), tuple(grid), tuple(options.items()),
+                             torch.cuda.get_device_capability(device), _triton_cache_dir())
+    worker: WorkerProcess | None = getattr(_THREAD, "worker", None)
+    if worker is None:
+        worker = _THREAD.worker = WorkerProcess()
+    try:
+        ok, message, _ = worker.run(job)
+        return ok, message
+    except WorkerDied:
+        _PROCESSES_FAILED.set()
+        return True, ""
+
+
+class WorkerDied(Exception):
+    """A worker process that could not be started, or whose pipe broke."""
+
+
+class WorkerProcess:
+    """A ``compile_worker`` process, started on its first job; ``run`` sends a job and waits for its reply."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def run(self, job: compile_worker.Job) -> tuple[bool, str, float]:
+        """(ok, error message, seconds) of ``job``; raises ``WorkerDied`` where the process is gone."""
+        try:
+            if self.process is None or self.process.poll() is not None:
+                self.process = subprocess.Popen([sys.executable, "-u", compile_worker.__file__],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL)
+            assert self.process.stdin is not None and self.process.stdout is not None
+            pickle.dump(job, self.process.stdin)
+            self.process.stdin.flush()
+            reply: tuple[bool, str, float] = pickle.load(self.process.stdout)
+            return reply
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError) as e:  # ValueError: a closed pipe
+            self.close()
+            raise WorkerDied(str(e)) from e
+
+    def close(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.kill()
+                self.process.wait(5)
+            self.process = None
+
+
+def _triton_cache_dir() -> str | None:
+    """The Triton cache this process reads (its setting may be Python's, not an environment variable's)."""
+    with contextlib.suppress(Exception):
+        from triton import knobs
+
+        return str(Path(knobs.cache.dir))
+    return os.environ.get("TRITON_CACHE_DIR")
+
+
+def _submit(job: Callable[[], None], priority: int = BACKGROUND) -> Future[None]:
+    """``job`` run by the daemon threads (``compile_threads()`` of them, started on first use)."""
     future: Future[None] = Future()
-    _QUEUE.put((future, job))
+    _QUEUE.put((priority, next(_ORDER), future, job))
     with _WORKERS_LOCK:
         if not _WORKERS:
             from .kernel import compile_threads
 
             for n in range(compile_threads()):
-                worker = threading.Thread(target=_work, name=f"opgraph-precompile_{n}", daemon=True)
+                worker = threading.Thread(target=_work, name=f"opgraph-compile_{n}", daemon=True)
                 worker.start()
                 _WORKERS.append(worker)
     return future
@@ -132,7 +223,7 @@ def _submit(job: Callable[[], None]) -> Future[None]:
 
 def _work() -> None:
     while True:
-        future, job = _QUEUE.get()
+        _, _, future, job = _QUEUE.get()
         if not future.set_running_or_notify_cancel():
             continue
         try:
@@ -142,4 +233,4 @@ def _work() -> None:
             future.set_exception(e)
 
 
-__all__ = ["enabled", "precompile", "stand_in", "wait_for"]
+__all__ = ["compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "wait_for"]

@@ -1,0 +1,138 @@
+"""A worker process that compiles generated Triton kernels into Triton's on-disk cache, for a parent that then loads
+them from there instead of compiling them itself.
+
+Triton's compile holds the GIL for much of its work (the front end is Python), so compiling in threads gained 2.4x on
+16 cores (RESULTS.md, tenth session); processes do not share it. The parent (``precompile``) starts one worker per
+compile thread, as ``python compile_worker.py`` (a file run by path: no ``__main__`` of the user's is imported again,
+as ``multiprocessing``'s spawn would), and sends it pickled jobs on stdin; each reply comes back on the worker's
+stdout (what else prints to stdout goes to stderr). A job names the kernel's source file and function, its launch
+arguments (tensors as ``stand_in`` descriptions), grid and options: the worker runs Triton's ``warmup`` on them, so
+the cache key is the one the parent's launch computes. The worker exits when its stdin closes (its parent is gone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument as the compile sees it: its dtype, shape and address modulo 16 (Triton specialises a
+    pointer on its alignment)."""
+
+    dtype: Any  # a torch.dtype
+    shape: tuple[int, ...]
+    misalignment: int = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One compile: the ``@triton.jit`` function ``function`` of the module file ``path`` (imported as
+    ``module``), for ``args`` (``TensorSpec`` for tensors), ``grid`` and launch ``options``, on a device of compute
+    capability ``capability``, into the Triton cache ``cache_dir`` (None: Triton's default)."""
+
+    path: str
+    module: str
+    function: str
+    args: tuple[Any, ...]
+    grid: tuple[int, ...]
+    options: tuple[tuple[str, Any], ...]
+    capability: tuple[int, int]
+    cache_dir: str | None
+
+
+def stand_in(shape: tuple[int, ...], dtype: Any, device: Any, misalignment: int = 0) -> Any:
+    """A contiguous tensor of ``shape`` and ``dtype`` on ``device`` as Triton's ``warmup`` sees one (Triton's
+    ``MockTensor``), with the sizes, strides and device the launcher code reads, at an address that is
+    ``misalignment`` bytes past a multiple of 16 (0: aligned, as PyTorch's allocations are)."""
+    from triton.runtime.jit import MockTensor
+
+    class Contiguous(MockTensor):
+        def stride(self, dim: int | None = None) -> Any:
+            strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+            return strides if dim is None else strides[dim]
+
+        def data_ptr(self) -> int:
+            return misalignment
+
+    t = Contiguous(dtype, list(shape))
+    t.shape, t.device = tuple(shape), device
+    return t
+
+
+def describe(arg: Any) -> Any:
+    """``arg`` as a job carries it: a tensor or stand-in as a ``TensorSpec``, anything else (ints, floats, None)
+    as itself."""
+    if hasattr(arg, "dtype") and hasattr(arg, "data_ptr"):
+        return TensorSpec(arg.dtype, tuple(int(d) for d in arg.shape), int(arg.data_ptr()) % 16)
+    return arg
+
+
+def _function(job: Job, loaded: dict[str, Any]) -> Any:
+    fn = loaded.get(job.path)
+    if fn is None:
+        spec = importlib.util.spec_from_file_location(job.module, job.path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[job.module] = module
+        spec.loader.exec_module(module)
+        fn = loaded[job.path] = getattr(module, job.function)
+    return fn
+
+
+def run(job: Job, loaded: dict[str, Any]) -> None:
+    """Compile ``job`` here (``loaded``: the functions imported so far, by path)."""
+    import torch
+
+    if job.cache_dir is not None:
+        os.environ["TRITON_CACHE_DIR"] = job.cache_dir
+    if job.capability and torch.cuda.get_device_capability(0) != job.capability:
+        raise RuntimeError(f"this worker's device 0 is of compute capability {torch.cuda.get_device_capability(0)}, "
+                           f"the job's {job.capability}")
+    device = torch.device("cuda", 0) if job.capability else torch.device("cpu")
+    args = [stand_in(a.shape, a.dtype, device, a.misalignment) if isinstance(a, TensorSpec) else a for a in job.args]
+    compiled = _function(job, loaded).warmup(*args, grid=job.grid, **dict(job.options))
+    try:  # Triton versions that build a C launcher per signature cache it on disk too: the parent then loads it
+        from triton.runtime import driver
+
+        driver.active.launcher_cls(compiled.src, compiled.metadata)
+    except Exception:
+        pass
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """Answer each pickled ``Job`` on ``requests`` with a pickled ``(ok, message, seconds)`` on ``replies``,
+    until ``requests`` ends."""
+    loaded: dict[str, Any] = {}
+    while True:
+        try:
+            job = pickle.load(requests)
+        except EOFError:
+            return
+        start = time.perf_counter()
+        try:
+            run(job, loaded)
+            reply: tuple[bool, str, float] = (True, "", time.perf_counter() - start)
+        except Exception as e:  # reported to the parent, whose launch compiles it again and raises it there
+            reply = (False, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+        pickle.dump(reply, replies)
+        replies.flush()
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed to stdout (Triton's or a library's) would corrupt the replies
+    serve(sys.stdin.buffer, replies)
+
+
+if __name__ == "__main__":  # jobs unpickle as the package module's classes: serve with that module, not __main__'s
+    from opgraph.codegen.triton import compile_worker
+
+    compile_worker.main()

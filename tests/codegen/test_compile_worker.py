@@ -1,0 +1,132 @@
+"""``codegen.triton.compile_worker``: the worker process that compiles kernels into Triton's disk cache for its parent.
+On the CPU the job's function is a recorder (a module file whose ``warmup`` writes what it was given), run in this
+process and in a real worker process; with ``-m gpu`` a generated kernel compiled by a worker is then loaded by this
+process without compiling (Triton's front end made to fail here)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton import compile_worker, precompile  # noqa: E402
+from opgraph.codegen.triton.compile_worker import Job, TensorSpec  # noqa: E402
+
+RECORDER = '''
+import json
+
+class Recorder:
+    def warmup(self, *args, grid, **options):
+        if options.get("fail"):
+            raise ValueError("out of shared memory")
+        seen = [[str(a.dtype), list(a.shape), list(a.stride()), a.data_ptr() % 16] if hasattr(a, "dtype") else a
+                for a in args]
+        with open(options["log"], "a") as f:
+            f.write(json.dumps({"args": seen, "grid": list(grid), "num_warps": options["num_warps"]}) + "\\n")
+
+recorder = Recorder()
+'''
+
+
+def _job(folder: Path, **options: object) -> Job:
+    path = folder / "recorder.py"
+    path.write_text(RECORDER)
+    args = (TensorSpec(torch.bfloat16, (4, 6)), TensorSpec(torch.float32, (8,), 4), 24, 0.5, None)
+    return Job(str(path), "og_test_recorder", "recorder", args, (3,), tuple(options.items()), (), None)
+
+
+def _logged(folder: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+
+
+def test_a_job_warms_up_its_function_on_stand_ins_of_its_arguments(tmp_path: Path) -> None:
+    job = _job(tmp_path, num_warps=4, log=str(tmp_path / "log.jsonl"))
+    failing = _job(tmp_path, num_warps=4, log=str(tmp_path / "log.jsonl"), fail=True)
+    requests, replies = io.BytesIO(), io.BytesIO()
+    for j in (job, failing, job):
+        pickle.dump(j, requests)
+    requests.seek(0)
+    compile_worker.serve(requests, replies)  # returns at the end of the requests
+    replies.seek(0)
+    answers = [pickle.load(replies) for _ in range(3)]
+    assert [a[:2] for a in answers] == [(True, ""), (False, "ValueError: out of shared memory"), (True, "")]
+    want = {"args": [["torch.bfloat16", [4, 6], [6, 1], 0], ["torch.float32", [8], [1], 4], 24, 0.5, None],
+            "grid": [3], "num_warps": 4}
+    assert _logged(tmp_path) == [want, want]
+
+
+def test_describe_keeps_a_tensors_type_shape_and_alignment() -> None:
+    x = torch.zeros(10, dtype=torch.float16)[1:]  # 2 bytes past an aligned allocation
+    assert compile_worker.describe(x) == TensorSpec(torch.float16, (9,), 2)
+    t = compile_worker.stand_in((2, 3), torch.int32, torch.device("cpu"), 8)
+    assert compile_worker.describe(t) == TensorSpec(torch.int32, (2, 3), 8)
+    assert compile_worker.describe(7) == 7 and compile_worker.describe(None) is None
+
+
+def test_a_worker_process_answers_jobs_and_is_started_again_once_gone(tmp_path: Path) -> None:
+    job = _job(tmp_path, num_warps=8, log=str(tmp_path / "log.jsonl"))
+    worker = precompile.WorkerProcess()
+    try:
+        assert worker.run(job)[:2] == (True, "")
+        first = worker.process
+        assert first is not None and first.poll() is None  # kept for the next job
+        assert worker.run(job)[:2] == (True, "")
+        first.kill()
+        first.wait(5)
+        assert worker.run(job)[:2] == (True, "")  # a new process
+        assert worker.process is not first
+        assert [entry["num_warps"] for entry in _logged(tmp_path)] == [8, 8, 8]
+    finally:
+        worker.close()
+    assert worker.process is None
+
+
+def test_a_worker_whose_pipe_breaks_mid_job_is_reported_gone(tmp_path: Path) -> None:
+    job = _job(tmp_path, num_warps=8, log=str(tmp_path / "log.jsonl"))
+    worker = precompile.WorkerProcess()
+    try:
+        worker.run(job)
+        assert worker.process is not None and worker.process.stdout is not None
+        worker.process.stdout.close()  # the reply cannot be read
+        with pytest.raises(precompile.WorkerDied):
+            worker.run(job)
+        assert worker.process is None
+    finally:
+        worker.close()
+
+
+@pytest.mark.gpu
+def test_a_kernel_compiled_by_a_worker_loads_here_without_compiling(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton.compiler import compiler
+
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    g = og.Graph()
+    x = g.placeholder((1024, 4096), og.float32)
+    y = g.reduce_sum(g.relu(x), [1])
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
+    dev = torch.device("cuda")
+    xv = torch.randn(1024, 4096, device=dev)
+    launch = kernel._launch(((1024, 4096),))
+    outs = [compile_worker.stand_in(s, torch.float32, dev) for s in launch.out_shapes]
+    args, options = kernel._arguments(launch, [compile_worker.stand_in((1024, 4096), torch.float32, dev)], outs, dev)
+    assert precompile._in_worker_process(kernel, args, launch.grid, options, dev) == (True, "")
+    assert not precompile._PROCESSES_FAILED.is_set()
+    assert list((tmp_path / "triton").rglob("*.cubin"))  # written by the worker
+
+    def front_end(*a: object, **k: object) -> None:
+        raise AssertionError("compiled in the parent")
+
+    monkeypatch.setattr(compiler.ASTSource, "make_ir", front_end)  # a cache hit never reaches the front end
+    kernel._tuned[((1024, 4096),)] = kernel  # launch this configuration, untuned
+    torch.testing.assert_close(kernel(xv)[0], xv.relu().sum(1), rtol=1e-4, atol=1e-3)
