@@ -4,6 +4,8 @@ compiling them in threads, timing them on the device), the launches' own compile
 AOTAutograd, the vendor calls). Wall-clock seconds of the main thread, each phase timed where it is entered (a
 phase inside another is not also counted in the outer one's "own" column).
 
+Compiles ahead of launches (a tuner's candidates, ``--precompile``'s background work) are listed apart, from
+``precompile.STATS``. Triton's own phases are timed where this Triton lets them be wrapped (0 calls where not).
 Tuning runs only on CUDA; on the CPU (``--device cpu``, interpreter off) the table has the compile phases alone.
 ``--records off`` sets ``OPGRAPH_TUNING_RECORDS=0`` (every kernel tuned again, as in a fresh cache); ``--cprofile N``
 adds the N costliest functions by cumulative time (the profiler slows Python-heavy phases several times: read its
@@ -36,10 +38,13 @@ PHASES = [  # (label, module path, attribute path): wrapped in this order, so ou
     ("kernel tuning (all)", "opgraph.codegen.triton.kernel", "RegionKernel._tune"),
     ("  kernel variants emitted (tuning candidates, strided reads)", "opgraph.codegen.triton.kernel",
      "region_kernel"),
-    ("  candidates compiled (worker processes)", "opgraph.codegen.triton.kernel", "compile_in_threads"),
+    ("  candidates compiled ahead (threads or processes)", "opgraph.codegen.triton.kernel", "compile_in_threads"),
     ("  candidates probed (one launch)", "opgraph.codegen.triton.kernel", "_single_launch_ms"),
     ("  candidates timed", "opgraph.codegen.triton.kernel", "_device_ms"),
     ("kernel sources loaded", "opgraph.codegen.triton.kernel", "load_kernel"),
+    ("Triton compiles here (or loads from its disk cache)", "triton.compiler", "compile"),
+    ("Triton kernels loaded onto the device (launcher built)", "triton.compiler.compiler",
+     "CompiledKernel._init_handles"),
 ]
 
 
@@ -106,12 +111,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="the bench's small sizes")
     p.add_argument("--precompile", action="store_true",
                    help="compile each executable's kernels in the background once it is built (OPGRAPH_PRECOMPILE=1)")
+    p.add_argument("--compile-processes", action="store_true",
+                   help="compiles ahead of launches in worker processes (OPGRAPH_COMPILE_PROCESSES=1)")
     p.add_argument("--cprofile", type=int, default=0, metavar="N", help="also list the N costliest functions")
     args = p.parse_args(argv)
     if args.records == "off":
         os.environ["OPGRAPH_TUNING_RECORDS"] = "0"
     if args.precompile:
         os.environ["OPGRAPH_PRECOMPILE"] = "1"
+    if args.compile_processes:
+        os.environ["OPGRAPH_COMPILE_PROCESSES"] = "1"
     from opgraph.cli._bench_models import MODELS, WithLoss, make_data
     from opgraph.cli._table import format_table
 
@@ -142,8 +151,16 @@ def main(argv: list[str] | None = None) -> None:
     rows.append(["the rest (Dynamo, AOTAutograd, launches, vendor calls)", f"{total - phases.top:.2f}", "", ""])
     rows.append(["first training step", f"{total:.2f}", "", ""])
     print(f"{m.title} batch {args.batch or batch} {args.dtype} on {dev}, tuning records {args.records}, "
-          f"background compiles {'on' if args.precompile else 'off'}:")
+          f"background compiles {'on' if args.precompile else 'off'}, worker processes "
+          f"{'on' if args.compile_processes else 'off'}:")
     print(format_table(["phase", "seconds", "own", "calls"], rows))
+    from opgraph.codegen.triton.precompile import STATS
+
+    work = sorted({name.removesuffix(" s") for name in STATS})
+    if work:  # off the main thread (seconds summed over threads), but for the launches' waits
+        print("\ncompiles ahead of launches (precompile.STATS; seconds summed over the threads):")
+        print(format_table(["work", "count", "seconds"], [[w, str(int(STATS[w])), f"{STATS[w + ' s']:.2f}"]
+                                                          for w in work]))
 
 
 if __name__ == "__main__":

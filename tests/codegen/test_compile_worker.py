@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -123,6 +125,11 @@ def test_a_kernel_compiled_by_a_worker_loads_here_without_compiling(tmp_path: Pa
     assert precompile._in_worker_process(kernel, args, launch.grid, options, dev) == (True, "")
     assert not precompile._PROCESSES_FAILED.is_set()
     assert list((tmp_path / "triton").rglob("*.cubin"))  # written by the worker
+    worker = precompile._THREAD.worker.process
+    if shutil.which("nvidia-smi"):  # the worker compiled without a CUDA context (no device memory of its own)
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, check=False).stdout.split()
+        assert str(worker.pid) not in apps
 
     def front_end(*a: object, **k: object) -> None:
         raise AssertionError("compiled in the parent")

@@ -2,14 +2,14 @@
 (``OPGRAPH_PRECOMPILE=1``) an executable's kernels in the background as soon as it is built.
 
 Without it each kernel compiles at its first launch, one after another on the calling thread. Here compiles queue
-for ``compile_threads()`` daemon threads, tuning candidates ahead of background work; on CUDA each thread hands its
-job to a worker process of its own (``compile_worker``: Triton's compile holds the GIL for much of its work, so
-threads alone gained 2.4x on 16 cores), which writes the kernel into Triton's disk cache; the thread then loads it
-from there (Triton's ``warmup`` again, now a cache hit), so the launch finds it in memory.
-``OPGRAPH_COMPILE_PROCESSES=0`` compiles in the threads themselves, as does a worker that cannot be started. Nothing
-runs and no device memory is allocated: the inputs, outputs and split workspaces are stand-ins
-(``compile_worker.stand_in``) at the alignment of the tensors they stand for. Inputs that turn out strided, or
-otherwise aligned, take another specialisation, compiled at launch.
+for ``compile_threads()`` daemon threads, tuning candidates ahead of background work. With
+``OPGRAPH_COMPILE_PROCESSES=1`` each thread on CUDA hands its job to a worker process of its own (``compile_worker``:
+Triton's compile holds the GIL for much of its work, so threads alone gained 2.4x on 16 cores), which writes the
+kernel into Triton's disk cache; the thread then loads it from there (Triton's ``warmup`` again, now a cache hit), so
+the launch finds it in memory. A worker that cannot be started turns them off. Nothing runs and no device memory is
+allocated: the inputs, outputs and split workspaces are stand-ins (``compile_worker.stand_in``) at the alignment of
+the tensors they stand for. Inputs that turn out strided, or otherwise aligned, take another specialisation,
+compiled at launch. ``STATS`` counts the work and its seconds.
 
 A kernel whose input types are static is compiled for contiguous inputs of those types; one that will be tuned has
 all its candidates compiled, or only the configuration a tuning record names. A launch (and a tuner's own compile)
@@ -20,6 +20,7 @@ the workers exit when their stdin closes.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -30,6 +31,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -52,6 +54,15 @@ _WORKERS: list[threading.Thread] = []
 _WORKERS_LOCK = threading.Lock()  # apart from _LOCK, which ``precompile`` holds while it submits
 _THREAD = threading.local()  # each compile thread's worker process
 _PROCESSES_FAILED = threading.Event()  # a worker could not be started or died: the threads compile themselves
+# counts and seconds of the work here, by kind (benchmarks/compile_breakdown.py prints them)
+STATS: collections.defaultdict[str, float] = collections.defaultdict(float)
+_STATS_LOCK = threading.Lock()
+
+
+def _count(name: str, seconds: float) -> None:
+    with _STATS_LOCK:
+        STATS[name] += 1
+        STATS[name + " s"] += seconds
 
 
 def enabled() -> bool:
@@ -60,8 +71,9 @@ def enabled() -> bool:
 
 
 def processes_enabled() -> bool:
-    """Whether CUDA compiles go to worker processes (``OPGRAPH_COMPILE_PROCESSES``, on unless 0)."""
-    return os.environ.get("OPGRAPH_COMPILE_PROCESSES", "1") != "0" and not _PROCESSES_FAILED.is_set()
+    """Whether CUDA compiles go to worker processes (``OPGRAPH_COMPILE_PROCESSES=1``). Off by default: ResNet-50's
+    first training step took longer with them than with threads alone (RESULTS.md, seventeenth session)."""
+    return os.environ.get("OPGRAPH_COMPILE_PROCESSES", "0") == "1" and not _PROCESSES_FAILED.is_set()
 
 
 def wait_for(key: str, config: Any) -> None:
@@ -74,8 +86,10 @@ def wait_for(key: str, config: Any) -> None:
         with _LOCK:
             _PENDING.pop((key, config), None)
         return
+    start = time.perf_counter()
     with contextlib.suppress(Exception):  # a failed compile is left to the launch, which reports it
         pending.result()
+    _count("launch waits", time.perf_counter() - start)
 
 
 def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]:
@@ -135,8 +149,10 @@ def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None
             ok, message = _in_worker_process(kernel, args, launch.grid, options, device)
             if not ok:  # resources, say: the launch compiles it again and reports it
                 raise RuntimeError(message)
+        start = time.perf_counter()
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's compile: loaded from its cache
+        _count("thread warmups", time.perf_counter() - start)
     finally:
         with _LOCK:
             _PENDING.pop((kernel.key, kernel.config), None)
@@ -155,8 +171,11 @@ def _in_worker_process(kernel: RegionKernel, args: Sequence[Any], grid: tuple[in
     worker: WorkerProcess | None = getattr(_THREAD, "worker", None)
     if worker is None:
         worker = _THREAD.worker = WorkerProcess()
+    start = time.perf_counter()
     try:
-        ok, message, _ = worker.run(job)
+        ok, message, seconds = worker.run(job)
+        _count("worker compiles" if ok else "worker failures", seconds)
+        _count("worker round trips", time.perf_counter() - start)
         return ok, message
     except WorkerDied:
         _PROCESSES_FAILED.set()
@@ -179,7 +198,8 @@ class WorkerProcess:
             if self.process is None or self.process.poll() is not None:
                 self.process = subprocess.Popen([sys.executable, "-u", compile_worker.__file__],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.DEVNULL)
+                                                stderr=subprocess.DEVNULL,
+                                                env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
             assert self.process.stdin is not None and self.process.stdout is not None
             pickle.dump(job, self.process.stdin)
             self.process.stdin.flush()
@@ -233,4 +253,4 @@ def _work() -> None:
             future.set_exception(e)
 
 
-__all__ = ["compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "wait_for"]
+__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "wait_for"]
