@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -247,3 +248,32 @@ def test_cpu_training_times_aot_eager_beside_opgraph(capsys: pytest.CaptureFixtu
                            "--aot-eager"]) == 0
     table = capsys.readouterr().out
     assert "aot_eager ms (range, vs eager)" in table and "tiny_cnn" in table
+
+
+def test_tuning_census_counts_wins_and_prices_what_pruning_would_cost(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``tuning_census.py`` on two hand-written tunings: family ``b`` wins once and is near in both, ``c`` is always
+    slower than another candidate and ``d`` only ever left at one launch (both left out first, losing nothing);
+    leaving out ``b`` last costs the first tuning 0.2 ms (the first choice ``a`` is kept)."""
+    module = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "tuning_census.py"))
+    a, b, c, d = ({"reduction": True, "xblock": x, "rblock": 32, "num_warps": 4, "looped": True, "split": 1,
+                   "programs": 0, "stages": 2} for x in (1, 2, 4, 8))
+    entries = [
+        {"candidates": [a, b, c, d], "outcomes": [{"ms": 1.0}, {"ms": 0.8}, {"ms": 1.2}, {"one_launch_ms": 5.0}],
+         "winner": 1, "gpu": "H200"},
+        {"candidates": [a, b, c], "outcomes": [{"ms": 1.0}, {"ms": 1.01}, {"ms": 1.5}], "winner": 0, "gpu": "H200"},
+    ]
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(json.dumps(e) for e in entries) + "\nnot json\n")
+    stats = module["families"](entries, 0.03)
+    fam = module["family"]
+    assert (stats[fam(b)]["offered"], stats[fam(b)]["wins"], stats[fam(b)]["near"]) == (2, 1, 2)
+    assert stats[fam(a)]["first"] == 2 and stats[fam(d)]["untimed"] == 1 and not stats[fam(d)]["ratios"]
+    rows = module["pruning"](entries, stats)
+    assert [r[1] for r in rows] == sorted([fam(c), fam(d)]) + [fam(b)]
+    assert [r[2:] for r in rows] == [["1 of 7 (14%)", "0.0", "1.000"] if rows[0][1] == fam(d) else
+                                     ["2 of 7 (29%)", "0.0", "1.000"],
+                                     ["3 of 7 (43%)", "0.0", "1.000"], ["5 of 7 (71%)", "200.0", "1.250"]]
+    assert module["main"]([str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "2 tunings" in out and "first choice wins" in out and "1 (50%)" in out

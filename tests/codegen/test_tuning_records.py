@@ -141,3 +141,24 @@ def test_a_candidate_far_slower_on_one_launch_is_not_timed_further(tuner: dict[s
     assert candidates[1].config not in timed and candidates[1].config in probed
     assert timed[:2] == [candidates[0].config, candidates[2].config]
     assert probed[0] == candidates[1].config  # the first candidate, with nothing to compare against, is not probed
+
+
+def test_the_tuning_log_lists_every_candidate_with_its_time_or_why_not(tuner: dict[str, list[Config]], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "tuning.jsonl"
+    monkeypatch.setenv("OPGRAPH_TUNING_LOG", str(log))
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    slow = candidates[-1].config  # its one launch is far slower than the fastest so far: not timed in full
+    monkeypatch.setattr(kmod, "_single_launch_ms", lambda k, inputs: 9.0 if k.config == slow else 0.0)
+    xv = torch.randn(2048, 64)
+    best = kernel._tune([xv])
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["source"] == kernel.key and {"relu", "reduce_sum"} <= set(entry["ops"])
+    assert entry["inputs"] == [[[2048, 64], [64, 1], "float32"]] and entry["gpu"] == "cpu"
+    assert [Config(**c) for c in entry["candidates"]] == [k.config for k in candidates]
+    outcomes = entry["outcomes"]
+    assert len(outcomes) == len(candidates) and outcomes[-1] == {"one_launch_ms": 9.0}
+    assert [o["ms"] for o in outcomes[:-1]] == [1.0 / kmod.TUNE_LAUNCHES if i != 2 else 0.5 / kmod.TUNE_LAUNCHES
+                                                 for i in range(len(candidates) - 1)]
+    assert Config(**entry["candidates"][entry["winner"]]) == best.config == tuner["timed"][2]

@@ -154,6 +154,7 @@ class RegionKernel:
             if k.config == remembered:
                 return k
         timed: list[tuple[float, int, RegionKernel]] = []  # (ms per launch, order, kernel)
+        outcomes: list[dict[str, Any]] = []  # per candidate, for the tuning log: its time, or why it has none
         compile_in_threads(candidates, inputs)
         dev = inputs[0].device
         fastest = math.inf  # ms per launch
@@ -163,14 +164,22 @@ class RegionKernel:
                     k(*inputs)
                     # one launch first: a candidate far slower than the best so far (a split too fine or too coarse
                     # for these rows: milliseconds where the best takes microseconds) skips its full timing
-                    if fastest < math.inf and _single_launch_ms(k, inputs) > max(SLOW_CANDIDATE * fastest,
-                                                                                   SLOW_CANDIDATE_MIN_MS):
-                        continue
+                    if fastest < math.inf:
+                        once = _single_launch_ms(k, inputs)
+                        if once > max(SLOW_CANDIDATE * fastest, SLOW_CANDIDATE_MIN_MS):
+                            outcomes.append({"one_launch_ms": once})
+                            continue
                     ms = _device_ms(k, inputs) / TUNE_LAUNCHES
                     timed.append((ms, len(timed), k))
+                    outcomes.append({"ms": ms})
                     fastest = min(fastest, ms)
-                except Exception:  # a configuration that does not compile (resources) is skipped
+                except Exception as e:  # a configuration that does not compile (resources) is skipped
+                    outcomes.append({"error": type(e).__name__})
                     continue
+        if tuning_records.log_path() is not None:
+            winner = candidates.index(min(timed)[2]) if timed else 0
+            tuning_records.log(self.key, [step[0].name for step in self.steps], [k.config for k in candidates],
+                               inputs, outcomes, winner)
         if not timed:
             return self
         best = min(timed)[2]

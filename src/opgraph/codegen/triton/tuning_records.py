@@ -8,6 +8,10 @@ cache directory. A record is a hint, never trusted blindly: candidates that chan
 recorded one gone) make another key, and a file that does not parse is ignored; the kernel is tuned again.
 ``OPGRAPH_TUNING_RECORDS=0`` turns reading and writing them off.
 
+``OPGRAPH_TUNING_LOG=FILE`` appends a JSON line per tuning to ``FILE``: the kernel's ops, inputs, every candidate
+with its time (or its one-launch time where that left it out, or its error) and the winner.
+``benchmarks/tuning_census.py`` reads such logs: which candidates win, and which are compiled for nothing.
+
 >>> import tempfile, pathlib
 >>> from opgraph.codegen.triton.configs import Config
 >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -68,6 +72,33 @@ def lookup(key: str, folder: Path) -> Config | None:
         return None
 
 
+def log_path() -> Path | None:
+    value = os.environ.get("OPGRAPH_TUNING_LOG", "")
+    return Path(value) if value else None
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def log(source_key: str, ops: Sequence[str], candidates: Sequence[Config], inputs: Sequence[torch.Tensor],
+        outcomes: Sequence[dict[str, object]], winner: int) -> None:
+    """Append one tuning to the log file (``log_path()``); a file that cannot be written keeps nothing."""
+    path = log_path()
+    if path is None:
+        return
+    dev = inputs[0].device
+    entry = {"source": source_key, "ops": list(ops),
+             "inputs": [[list(x.shape), list(x.stride()), str(x.dtype).removeprefix("torch.")] for x in inputs],
+             "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+             "candidates": [dataclasses.asdict(c) for c in candidates], "outcomes": list(outcomes),
+             "winner": winner}
+    try:
+        with _LOG_LOCK, path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+    except OSError:
+        pass
+
+
 def store(key: str, config: Config, folder: Path) -> None:
     """Record ``config`` under ``key`` (atomically: concurrent writers race to the same content); a folder that
     cannot be written keeps nothing."""
@@ -81,4 +112,4 @@ def store(key: str, config: Config, folder: Path) -> None:
         pass
 
 
-__all__ = ["enabled", "lookup", "record_key", "store"]
+__all__ = ["enabled", "log", "log_path", "lookup", "record_key", "store"]
