@@ -106,8 +106,15 @@ def run(job: Job, loaded: dict[str, Any]) -> None:
         active.get_device_capability = lambda *_: job.capability
         device = torch.device("cuda", 0)
     args = [stand_in(a.shape, a.dtype, device, a.misalignment) if isinstance(a, TensorSpec) else a for a in job.args]
-    compiled = _function(job, loaded).warmup(*args, grid=job.grid, **dict(job.options))
-    try:  # Triton versions that build a C launcher per signature cache it on disk too: the parent then loads it
+    build_launcher(_function(job, loaded).warmup(*args, grid=job.grid, **dict(job.options)))
+
+
+def build_launcher(compiled: Any) -> None:
+    """Build the C launcher of a compiled kernel ahead of its first launch, where this Triton builds one per
+    signature (3.6: a C compiler run of about 0.2 s, 35 of them on ResNet-50's first step's main thread, RESULTS.md
+    seventeenth session); it is cached on disk, so the launch loads it. Best effort: nothing where Triton has no
+    such step."""
+    try:
         from triton.runtime import driver
 
         driver.active.launcher_cls(compiled.src, compiled.metadata)

@@ -151,7 +151,9 @@ def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None
                 raise RuntimeError(message)
         start = time.perf_counter()
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-            kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's compile: loaded from its cache
+            compiled = kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's: from its cache
+        if device.type == "cuda" and not processes_enabled():  # (a worker builds its own)
+            compile_worker.build_launcher(compiled)
         _count("thread warmups", time.perf_counter() - start)
     finally:
         with _LOCK:
