@@ -6,6 +6,7 @@ a launch of a source still compiling waits for it."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
@@ -157,6 +158,66 @@ def test_a_launch_compiles_a_configuration_still_queued_itself(recorders: dict[s
             f.result(5)
 
 
+def _typed(args: tuple[object, ...]) -> list[object]:
+    """Arguments as a compile specialises on them: tensors by shape, dtype, strides and alignment; ints as they are."""
+    return [(tuple(a.shape), a.dtype, tuple(a.stride()), a.data_ptr() % 16) if hasattr(a, "dtype") else a
+            for a in args]
+
+
+def test_compiles_ahead_of_strided_inputs_are_the_launchs_own(recorders: dict[str, Recorder],
+                                                               tmp_path: Path) -> None:
+    """A strided variant tuned on a transposed input: the compile ahead sees its strides (and alignment), not a
+    contiguous tensor's, so the launch finds it compiled."""
+    g = og.Graph()
+    x = g.placeholder((96, 64), og.float32)
+    y = g.reduce_sum(g.exp(x), [1])
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path, strided=True)
+    xt = torch.randn(64, 97)[:, 1:].t()  # strides (1, 97), 4 bytes past an aligned address
+    precompile.compile_ahead([kernel], [xt])
+    kernel(xt)
+    recorder = recorders[kernel.source]
+    (_, args, grid, options), = recorder.warmups
+    launch_args, launch_grid, launch_options = recorder.launches[-1]
+    assert (grid, options) == (launch_grid, launch_options)
+    assert _typed(args) == _typed(launch_args)
+    assert _typed(args)[0] == ((96, 64), torch.float32, (1, 97), 4)
+
+
+def test_a_tuner_takes_its_candidates_ahead_of_the_queued_background_work(recorders: dict[str, Recorder],
+                                                                          tmp_path: Path) -> None:
+    gate = threading.Event()
+    busy = [precompile._submit(lambda: gate.wait(5)) for _ in range(max(1, len(precompile._WORKERS)))]
+    busy += [precompile._submit(lambda: gate.wait(5)) for _ in range(len(precompile._WORKERS))]  # workers started
+    for _ in range(200):  # every thread holds a busy job (an ahead job would overtake one still queued)
+        if sum(f.running() for f in busy) == len(precompile._WORKERS):
+            break
+        time.sleep(0.01)
+    g = og.Graph()
+    x = g.placeholder((64, 64), og.float32)
+    kernels = [region_kernel(*region_of([y]), [y], cache_dir=tmp_path) for y in (g.exp(x), g.tanh(x))]
+    try:
+        for k in kernels:
+            assert precompile.precompile(k, torch.device("cpu")) == [k]
+        background = precompile._PENDING[(kernels[1].key, kernels[1].config)]
+        ahead = threading.Thread(target=precompile.compile_ahead, args=([kernels[1]], [torch.randn(64, 64)]))
+        ahead.start()
+        for _ in range(200):
+            if precompile._PENDING.get((kernels[1].key, kernels[1].config)) is not background:
+                break
+            time.sleep(0.01)
+        assert background.cancelled()  # taken off the background queue, queued again ahead of it
+        assert ahead.is_alive()  # waiting for its compile behind the busy threads
+    finally:
+        gate.set()
+        for f in busy:
+            f.result(5)
+    ahead.join(5)
+    assert not ahead.is_alive()
+    _settle()
+    assert [len(recorders[k.source].warmups) for k in kernels] == [1, 1]
+
+
 @pytest.mark.gpu
 def test_on_cuda_a_launch_after_the_background_compile_compiles_nothing(tmp_path: Path) -> None:
     g = og.Graph()
@@ -183,9 +244,10 @@ def test_on_cuda_a_kernel_compiled_ahead_launches_without_building_its_launcher(
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Where Triton builds a C launcher per signature (3.6), the compile thread builds it: the launch, from a fresh
     Triton cache, runs no C compiler."""
+    from triton.backends.nvidia import driver
     from triton.runtime import build
 
-    if not hasattr(build, "_build"):
+    if not hasattr(driver, "make_launcher"):
         pytest.skip("this Triton builds no launcher per signature")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("OPGRAPH_COMPILE_PROCESSES", "0")

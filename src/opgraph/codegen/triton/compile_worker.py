@@ -1,13 +1,14 @@
 """A worker process that compiles generated Triton kernels into Triton's on-disk cache, for a parent that then loads
 them from there instead of compiling them itself.
 
-Triton's compile holds the GIL for much of its work (the front end is Python), so compiling in threads gained 2.4x on
-16 cores (RESULTS.md, tenth session); processes do not share it. The parent (``precompile``) starts one worker per
-compile thread, as ``python compile_worker.py`` (a file run by path: no ``__main__`` of the user's is imported again,
-as ``multiprocessing``'s spawn would), and sends it pickled jobs on stdin; each reply comes back on the worker's
-stdout (what else prints to stdout goes to stderr). A job names the kernel's source file and function, its launch
-arguments (tensors as ``stand_in`` descriptions), grid and options: the worker runs Triton's ``warmup`` on them, so
-the cache key is the one the parent's launch computes. The worker exits when its stdin closes (its parent is gone).
+Triton's compile holds the GIL for much of its work (the front end is Python), so compiling in threads gained 2.4x
+on 16 cores (RESULTS.md, tenth session); processes do not share it. The parent (``precompile``) starts one worker
+per compile thread, as ``python -m opgraph.codegen.triton.compile_worker`` (no ``__main__`` of the user's is
+imported again, as ``multiprocessing``'s spawn would), in a session of its own, and sends it pickled jobs on stdin;
+each reply comes back on the worker's stdout (what else prints to stdout goes to stderr). A job names the kernel's
+source file and function, its launch arguments (tensors as ``stand_in`` descriptions), grid and options: the worker
+runs Triton's ``warmup`` on them, so the cache key is the one the parent's launch computes. The worker exits when
+its stdin closes (its parent is gone).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from typing import Any, BinaryIO
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor argument as the compile sees it: its dtype, shape and address modulo 16 (Triton specialises a
-    pointer on its alignment)."""
+    """A tensor argument as the compile sees it: its dtype, shape, strides (None: contiguous) and address modulo 16
+    (Triton specialises a pointer on its alignment)."""
 
     dtype: Any  # a torch.dtype
     shape: tuple[int, ...]
     misalignment: int = 0
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -48,16 +50,18 @@ class Job:
     cache_dir: str | None
 
 
-def stand_in(shape: tuple[int, ...], dtype: Any, device: Any, misalignment: int = 0) -> Any:
-    """A contiguous tensor of ``shape`` and ``dtype`` on ``device`` as Triton's ``warmup`` sees one (Triton's
-    ``MockTensor``), with the sizes, strides and device the launcher code reads, at an address that is
+def stand_in(shape: tuple[int, ...], dtype: Any, device: Any, misalignment: int = 0,
+             strides: tuple[int, ...] | None = None) -> Any:
+    """A tensor of ``shape`` and ``dtype`` on ``device`` as Triton's ``warmup`` sees one (Triton's ``MockTensor``),
+    with the sizes, ``strides`` (None: contiguous) and device the launcher code reads, at an address that is
     ``misalignment`` bytes past a multiple of 16 (0: aligned, as PyTorch's allocations are)."""
     from triton.runtime.jit import MockTensor
 
+    steps = strides if strides is not None else tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+
     class Contiguous(MockTensor):
         def stride(self, dim: int | None = None) -> Any:
-            strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
-            return strides if dim is None else strides[dim]
+            return steps if dim is None else steps[dim]
 
         def data_ptr(self) -> int:
             return misalignment
@@ -71,7 +75,8 @@ def describe(arg: Any) -> Any:
     """``arg`` as a job carries it: a tensor or stand-in as a ``TensorSpec``, anything else (ints, floats, None)
     as itself."""
     if hasattr(arg, "dtype") and hasattr(arg, "data_ptr"):
-        return TensorSpec(arg.dtype, tuple(int(d) for d in arg.shape), int(arg.data_ptr()) % 16)
+        return TensorSpec(arg.dtype, tuple(int(d) for d in arg.shape), int(arg.data_ptr()) % 16,
+                          tuple(int(s) for s in arg.stride()))
     return arg
 
 
@@ -105,7 +110,8 @@ def run(job: Job, loaded: dict[str, Any]) -> None:
         active.get_current_stream = lambda *_: 0
         active.get_device_capability = lambda *_: job.capability
         device = torch.device("cuda", 0)
-    args = [stand_in(a.shape, a.dtype, device, a.misalignment) if isinstance(a, TensorSpec) else a for a in job.args]
+    args = [stand_in(a.shape, a.dtype, device, a.misalignment, a.strides) if isinstance(a, TensorSpec) else a
+            for a in job.args]
     build_launcher(_function(job, loaded).warmup(*args, grid=job.grid, **dict(job.options)))
 
 

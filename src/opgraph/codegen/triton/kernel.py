@@ -72,8 +72,9 @@ def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:24]
 
 
-def kernel_file(source: str, cache_dir: Path | None = None) -> tuple[Path, str]:
-    """The file ``source`` is stored in (written once, atomically) and the name of its ``@triton.jit`` function."""
+def kernel_file(source: str, cache_dir: Path | None = None) -> tuple[Path, str, str]:
+    """The file ``source`` is stored in (written once, atomically), the name it is imported under (by this process
+    and by compile workers) and the name of its ``@triton.jit`` function."""
     folder = cache_dir or default_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     key = source_key(source)
@@ -82,7 +83,7 @@ def kernel_file(source: str, cache_dir: Path | None = None) -> tuple[Path, str]:
         tmp = folder / f".og_ew_{key}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(source)
         os.replace(tmp, path)  # atomic: concurrent writers race to the same content
-    return path, _KERNEL_DEF.search(source).group(1)  # type: ignore[union-attr]
+    return path, f"opgraph_triton_og_ew_{key}", _KERNEL_DEF.search(source).group(1)  # type: ignore[union-attr]
 
 
 def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
@@ -92,8 +93,7 @@ def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
         fn = _LOADED.get(key)
         if fn is not None:
             return fn
-        path, function = kernel_file(source, cache_dir)
-        name = f"opgraph_triton_og_ew_{key}"  # the compile workers import it under the same name
+        path, name, function = kernel_file(source, cache_dir)
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -326,9 +326,9 @@ class RegionKernel:
 
 
 def compile_threads() -> int:
-    """Threads that compile kernels ahead of their launches (``precompile``), each with a worker process on CUDA:
-    ``OPGRAPH_COMPILE_THREADS`` (0 or 1 compiles a tuner's candidates on their first launches, one after another).
-    By default the CPU count, at most 16."""
+    """Threads that compile kernels ahead of their launches (``precompile``; on CUDA with
+    ``OPGRAPH_COMPILE_PROCESSES=1`` each drives a worker process): ``OPGRAPH_COMPILE_THREADS`` (0 or 1 compiles
+    a tuner's candidates on their first launches, one after another). By default the CPU count, at most 16."""
     value = os.environ.get("OPGRAPH_COMPILE_THREADS", "")
     if value.isdigit():
         return max(1, int(value))
@@ -336,9 +336,9 @@ def compile_threads() -> int:
 
 
 def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
-    """Compile ``kernels`` for ``inputs`` ahead of their launches in the ``compile_threads()`` compile threads (on
-    CUDA each drives a worker process: ``precompile``), and return when they are compiled; with one thread, nothing
-    is compiled ahead. A configuration that fails here is left to its launch, which the tuner skips on failure."""
+    """Compile ``kernels`` for ``inputs`` ahead of their launches in the ``compile_threads()`` compile threads
+    (``precompile``), and return when they are compiled; with one thread, nothing is compiled ahead. A configuration
+    that fails here is left to its launch, which the tuner skips on failure."""
     if min(compile_threads(), len(kernels)) <= 1:
         return
     precompile.compile_ahead(kernels, inputs)

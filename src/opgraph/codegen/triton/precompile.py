@@ -28,10 +28,12 @@ import math
 import os
 import pickle
 import queue
+import select
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -52,8 +54,10 @@ _QUEUE: queue.PriorityQueue[tuple[int, int, Future[None], Callable[[], None]]] =
 _ORDER = itertools.count()  # first in, first out within a priority
 _WORKERS: list[threading.Thread] = []
 _WORKERS_LOCK = threading.Lock()  # apart from _LOCK, which ``precompile`` holds while it submits
-_THREAD = threading.local()  # each compile thread's worker process
-_PROCESSES_FAILED = threading.Event()  # a worker could not be started or died: the threads compile themselves
+_THREAD = threading.local()  # each compile thread's worker process, and the future of the job it runs
+_PROCESSES_FAILED = threading.Event()  # workers cannot be started, or keep dying: the threads compile themselves
+_DEATHS_ALLOWED = 3  # workers that die in a job before the processes are turned off
+_DEATHS = itertools.count(1)
 # counts and seconds of the work here, by kind (benchmarks/compile_breakdown.py prints them)
 STATS: collections.defaultdict[str, float] = collections.defaultdict(float)
 _STATS_LOCK = threading.Lock()
@@ -76,19 +80,28 @@ def processes_enabled() -> bool:
     return os.environ.get("OPGRAPH_COMPILE_PROCESSES", "0") == "1" and not _PROCESSES_FAILED.is_set()
 
 
+def timeout_s() -> float:
+    """How long a launch or a tuner waits for a compile here, and a thread for its worker's reply, before the launch
+    compiles it itself (``OPGRAPH_COMPILE_TIMEOUT``, seconds; 300 by default)."""
+    try:
+        return max(1.0, float(os.environ.get("OPGRAPH_COMPILE_TIMEOUT", "300")))
+    except ValueError:
+        return 300.0
+
+
 def wait_for(key: str, config: Any) -> None:
     """Return once no compile of the source ``key`` in ``config`` is running here (at once where none is;
     configurations differ in their launch options, so candidates may share a source)."""
-    pending = _PENDING.get((key, config))
-    if pending is None:
-        return
-    if pending.cancel():  # still queued: the launch compiles it now rather than wait for the queue ahead of it
-        with _LOCK:
-            _PENDING.pop((key, config), None)
-        return
+    with _LOCK:
+        pending = _PENDING.get((key, config))
+        if pending is None:
+            return
+        if pending.cancel():  # still queued: the launch compiles it now rather than wait for the queue ahead of it
+            del _PENDING[(key, config)]
+            return
     start = time.perf_counter()
-    with contextlib.suppress(Exception):  # a failed compile is left to the launch, which reports it
-        pending.result()
+    with contextlib.suppress(Exception):  # failed, or too slow: left to the launch, which compiles and reports it
+        pending.result(timeout_s())
     _count("launch waits", time.perf_counter() - start)
 
 
@@ -116,10 +129,10 @@ def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]
 
 
 def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
-    """Compile ``kernels`` for ``inputs`` (contiguous tensors) ahead of the queue's background work, and return
-    when they are compiled; one that fails is left to its launch, which reports it."""
+    """Compile ``kernels`` for ``inputs`` ahead of the queue's background work, and return when they are compiled
+    (or ``timeout_s()`` has passed); one that fails is left to its launch, which reports it."""
     device = inputs[0].device if inputs else torch.device("cpu")
-    ins = [stand_in(tuple(x.shape), x.dtype, device, x.data_ptr() % 16) for x in inputs]
+    ins = [stand_in(tuple(x.shape), x.dtype, device, x.data_ptr() % 16, tuple(x.stride())) for x in inputs]
     waits = []
     with _LOCK:
         for k in kernels:
@@ -127,12 +140,14 @@ def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor
             if pending is None or pending.cancel():  # none, or queued behind background work: queued ahead now
                 pending = _PENDING[(k.key, k.config)] = _submit(functools.partial(_compile, k, ins, device), AHEAD)
             waits.append(pending)
+    deadline = time.monotonic() + timeout_s()
     for done in waits:
         with contextlib.suppress(Exception):
-            done.result()
+            done.result(max(0.0, deadline - time.monotonic()))
 
 
 def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None:
+    mine = getattr(_THREAD, "future", None)
     try:
         launch = kernel._launch(tuple(tuple(x.shape) for x in ins))
         if not launch.grid[0]:
@@ -145,78 +160,127 @@ def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None
             workspace = [stand_in((n,), dt, device) for n, dt in zip(sizes, (torch.float32, torch.int32),
                                                                         strict=True)]
         args, options = kernel._arguments(launch, ins, outs, device, workspace)
-        if device.type == "cuda" and processes_enabled():
+        in_worker = device.type == "cuda" and processes_enabled()
+        if in_worker:
             ok, message = _in_worker_process(kernel, args, launch.grid, options, device)
             if not ok:  # resources, say: the launch compiles it again and reports it
                 raise RuntimeError(message)
         start = time.perf_counter()
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             compiled = kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's: from its cache
-        if device.type == "cuda" and not processes_enabled():  # (a worker builds its own)
+        _count("thread loads (worker-compiled)" if in_worker else "thread compiles", time.perf_counter() - start)
+        if device.type == "cuda" and not in_worker:  # a worker builds its own
+            start = time.perf_counter()
             compile_worker.build_launcher(compiled)
-        _count("thread warmups", time.perf_counter() - start)
+            _count("thread launcher builds", time.perf_counter() - start)
     finally:
-        with _LOCK:
-            _PENDING.pop((kernel.key, kernel.config), None)
+        with _LOCK:  # only this job's entry: a launch may have taken it off and a tuner queued another since
+            if _PENDING.get((kernel.key, kernel.config)) is mine:
+                del _PENDING[(kernel.key, kernel.config)]
 
 
 def _in_worker_process(kernel: RegionKernel, args: Sequence[Any], grid: tuple[int, ...], options: dict[str, Any],
                        device: torch.device) -> tuple[bool, str]:
-    """Compile in this thread's worker process: (True, "") once compiled, else (False, why); a worker that is
-    gone turns the processes off and answers (True, ""): the warmup that follows compiles it here."""
+    """Compile in this thread's worker process: (True, "") once compiled, else (False, why). Where workers cannot be
+    started (or keep dying) they are turned off with a warning and this answers (True, ""): the warmup that follows
+    compiles the kernel in this thread."""
     from .kernel import kernel_file
 
-    path, function = kernel_file(kernel.source, kernel.cache_dir)
-    job = compile_worker.Job(str(path), f"opgraph_triton_og_ew_{kernel.key}", function,
-                             tuple(compile_worker.describe(a) for a in args), tuple(grid), tuple(options.items()),
-                             torch.cuda.get_device_capability(device), _triton_cache_dir())
+    path, module, function = kernel_file(kernel.source, kernel.cache_dir)
+    job = compile_worker.Job(str(path), module, function, tuple(compile_worker.describe(a) for a in args),
+                             tuple(grid), tuple(options.items()), torch.cuda.get_device_capability(device),
+                             _triton_cache_dir())
     worker: WorkerProcess | None = getattr(_THREAD, "worker", None)
     if worker is None:
         worker = _THREAD.worker = WorkerProcess()
     start = time.perf_counter()
     try:
-        ok, message, seconds = worker.run(job)
-        _count("worker compiles" if ok else "worker failures", seconds)
-        _count("worker round trips", time.perf_counter() - start)
-        return ok, message
-    except WorkerDied:
-        _PROCESSES_FAILED.set()
+        ok, message, seconds = worker.run(job, timeout_s())
+    except WorkerDied as e:
+        if e.started and next(_DEATHS) <= _DEATHS_ALLOWED:  # this job fails; the next one starts a new worker
+            _count("worker deaths", time.perf_counter() - start)
+            return False, f"compile worker died: {e}"
+        _turn_processes_off(str(e))
         return True, ""
+    _count("worker compiles" if ok else "worker failures", seconds)
+    _count("worker round trips", time.perf_counter() - start)
+    return ok, message
+
+
+def _turn_processes_off(why: str) -> None:
+    if not _PROCESSES_FAILED.is_set():
+        _PROCESSES_FAILED.set()
+        warnings.warn(f"opgraph: compile worker processes turned off ({why}); compiling in threads", RuntimeWarning,
+                      stacklevel=2)
 
 
 class WorkerDied(Exception):
-    """A worker process that could not be started, or whose pipe broke."""
+    """A worker process that could not be started (``started`` False), or that died, broke its pipe or outlasted
+    the timeout in a job."""
+
+    def __init__(self, why: str, started: bool) -> None:
+        super().__init__(why)
+        self.started = started
 
 
 class WorkerProcess:
-    """A ``compile_worker`` process, started on its first job; ``run`` sends a job and waits for its reply."""
+    """A ``compile_worker`` process, started on its first job; ``run`` sends a job and waits for its reply. The
+    worker runs in a session of its own (a Ctrl-C at the terminal reaches the parent alone); its stderr goes to
+    ``OPGRAPH_COMPILE_WORKER_LOG`` where set."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
 
-    def run(self, job: compile_worker.Job) -> tuple[bool, str, float]:
-        """(ok, error message, seconds) of ``job``; raises ``WorkerDied`` where the process is gone."""
+    def _start(self) -> subprocess.Popen[bytes]:
+        log = os.environ.get("OPGRAPH_COMPILE_WORKER_LOG", "")
+        isolated = ["-P"] if sys.version_info >= (3, 11) else []  # not the working directory on sys.path
+        start = time.perf_counter()
+        err: Any = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115  (closed once the child has it)
         try:
-            if self.process is None or self.process.poll() is not None:
-                self.process = subprocess.Popen([sys.executable, "-u", compile_worker.__file__],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.DEVNULL,
-                                                env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
-            assert self.process.stdin is not None and self.process.stdout is not None
-            pickle.dump(job, self.process.stdin)
-            self.process.stdin.flush()
-            reply: tuple[bool, str, float] = pickle.load(self.process.stdout)
+            process = subprocess.Popen([sys.executable, *isolated, "-m", compile_worker.__name__],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                       start_new_session=True,
+                                       env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
+        except OSError as e:
+            raise WorkerDied(f"cannot start {sys.executable}: {e}", started=False) from e
+        finally:
+            if log:
+                err.close()
+        _count("worker starts", time.perf_counter() - start)
+        return process
+
+    def run(self, job: compile_worker.Job, timeout: float) -> tuple[bool, str, float]:
+        """(ok, error message, seconds in the worker) of ``job``; raises ``WorkerDied`` where the process is gone
+        or has not answered within ``timeout`` seconds (it is then killed)."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = self._start()
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            pickle.dump(job, process.stdin)
+            process.stdin.flush()
+            if not select.select([process.stdout], [], [], timeout)[0]:
+                raise WorkerDied(f"no answer in {timeout:.0f} s", started=True)
+            reply: tuple[bool, str, float] = pickle.load(process.stdout)
             return reply
         except (OSError, EOFError, ValueError, pickle.UnpicklingError) as e:  # ValueError: a closed pipe
             self.close()
-            raise WorkerDied(str(e)) from e
+            raise WorkerDied(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, started=True) from e
+        except WorkerDied:
+            self.close()
+            raise
 
     def close(self) -> None:
-        if self.process is not None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        for pipe in (process.stdin, process.stdout):
             with contextlib.suppress(OSError):
-                self.process.kill()
-                self.process.wait(5)
-            self.process = None
+                if pipe is not None:
+                    pipe.close()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait(5)
 
 
 def _triton_cache_dir() -> str | None:
@@ -248,11 +312,15 @@ def _work() -> None:
         _, _, future, job = _QUEUE.get()
         if not future.set_running_or_notify_cancel():
             continue
+        _THREAD.future = future
         try:
             job()
             future.set_result(None)
         except BaseException as e:  # the launch compiles again and reports it
             future.set_exception(e)
+        finally:
+            _THREAD.future = None
 
 
-__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "wait_for"]
+__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "timeout_s",
+           "wait_for"]
