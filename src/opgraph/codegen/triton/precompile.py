@@ -75,8 +75,9 @@ def enabled() -> bool:
 
 
 def processes_enabled() -> bool:
-    """Whether CUDA compiles go to worker processes (``OPGRAPH_COMPILE_PROCESSES=1``). Off by default: ResNet-50's
-    first training step took longer with them than with threads alone (RESULTS.md, seventeenth session)."""
+    """Whether CUDA compiles go to worker processes (``OPGRAPH_COMPILE_PROCESSES=1``). Off by default until measured
+    against threads on a machine in the same state (the first measurement was not: RESULTS.md, seventeenth
+    session)."""
     return os.environ.get("OPGRAPH_COMPILE_PROCESSES", "0") == "1" and not _PROCESSES_FAILED.is_set()
 
 
