@@ -11,6 +11,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,76 @@ def test_a_kernel_compiled_by_a_worker_loads_here_without_compiling(tmp_path: Pa
     monkeypatch.setattr(compiler.ASTSource, "make_ir", front_end)  # a cache hit never reaches the front end
     kernel._tuned[((1024, 4096),)] = kernel  # launch this configuration, untuned
     torch.testing.assert_close(kernel(xv)[0], xv.relu().sum(1), rtol=1e-4, atol=1e-3)
+
+
+WORKER_THEN_HERE = '''
+import json, sys
+import torch
+from triton.compiler import compiler
+from triton.runtime import driver
+from unittest import mock
+
+import opgraph as og
+from opgraph.codegen.triton import compile_worker, configs, precompile
+from opgraph.codegen.triton.kernel import region_kernel, region_of
+
+driver.set_active(compile_worker.CompileOnlyDriver((9, 0)))
+torch.cuda.get_device_capability = lambda device=None: (9, 0)
+dev = torch.device("cuda")  # stand-ins only: nothing is allocated or launched
+g = og.Graph()
+x = g.placeholder((256, 1024), og.bfloat16)
+r = g.placeholder((64, 4096), og.float32)
+c = g.placeholder((4096, 96), og.float32)
+cases = [([g.exp(x) * 2.0], None), ([g.softmax(r, 1)], None), ([g.reduce_sum(g.relu(c), [0])], None),
+         ([g.reduce_sum(g.exp(r), [1])], (1, 97))]
+kernels = []
+folder = __import__("pathlib").Path(sys.argv[1])
+with mock.patch.object(configs, "multiprocessors", lambda: 132):
+    for outs, strides in cases:
+        ops, ins = region_of(outs)
+        k = region_kernel(ops, ins, outs, cache_dir=folder, strided=strides is not None)
+        for each in [k, *(k.alternatives() if k.alternatives else [])]:
+            kernels.append((each, strides))
+results = []
+for k, strides in kernels:
+    shapes = [tuple(t.shape) for t in k.in_types]
+    stand = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev, *((4, strides) if len(s) == 2 and strides else ()))
+             for s, t in zip(shapes, k.in_types)]
+    launch = k._launch(tuple(shapes))
+    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(launch.out_shapes, k.out_types)]
+    space = None
+    if k.config.split > 1:
+        sizes = k.workspace_sizes(launch.grid[0] // k.config.split)
+        space = [compile_worker.stand_in((n,), d, dev) for n, d in zip(sizes, (torch.float32, torch.int32))]
+    args, options = k._arguments(launch, stand, outs, dev, space)
+    results.append([precompile._in_worker_process(k, args, launch.grid, options, dev), k.config.split, args, options,
+                    launch.grid, k])
+def front_end(*a, **kw):
+    raise AssertionError("compiled here, not loaded from the worker's cache")
+compiler.ASTSource.make_ir = front_end
+loaded = 0
+for (ok, message), split, args, options, grid, k in results:
+    if ok:
+        k.fn.warmup(*args, grid=grid, **options)
+        loaded += 1
+print(json.dumps({"kernels": len(results), "compiled": [r[0][0] for r in results], "loaded": loaded,
+                  "splits": sum(r[1] > 1 for r in results), "errors": [r[0][1] for r in results if not r[0][0]]}))
+'''
+
+
+def test_kernels_a_worker_compiles_for_sm90_load_here_from_its_cache(tmp_path: Path) -> None:
+    """Without a GPU: a worker compiles generated kernels (flat, row and column reductions with their split
+    candidates, a strided variant at a misaligned address) for sm_90, and a process compiling for the same target
+    finds each in Triton's cache with its own cache key (its front end made to fail). Both processes compile
+    (Triton's interpreter off), as on a GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["OPGRAPH_COMPILE_PROCESSES"] = "1"
+    done = subprocess.run([sys.executable, "-c", WORKER_THEN_HERE, str(tmp_path / "sources")], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["kernels"] >= 6 and result["splits"] >= 1, result
+    assert all(result["compiled"]), result["errors"]
+    assert result["loaded"] == result["kernels"]
+    assert list((tmp_path / "triton").rglob("*.cubin"))

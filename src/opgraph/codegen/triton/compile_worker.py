@@ -92,6 +92,37 @@ def _function(job: Job, loaded: dict[str, Any]) -> Any:
     return fn
 
 
+class CompileOnlyDriver:
+    """Triton's CUDA driver as far as a compile asks it (the current device, stream and target), for a GPU of
+    compute ``capability`` that this machine need not have: nothing it compiles can be launched here."""
+
+    def __init__(self, capability: tuple[int, int]) -> None:
+        self.capability = capability
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_device_capability(self, device: int | None = None) -> tuple[int, int]:
+        return self.capability
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", self.capability[0] * 10 + self.capability[1], 32)
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    @staticmethod
+    def is_active() -> bool:
+        return True
+
+
 def run(job: Job, loaded: dict[str, Any]) -> None:
     """Compile ``job`` here (``loaded``: the functions imported so far, by path). On CUDA the compile never touches
     the device: Triton asks its driver for the current device, stream and capability, answered here from the job,
@@ -105,10 +136,13 @@ def run(job: Job, loaded: dict[str, Any]) -> None:
     if job.capability:
         from triton.runtime import driver
 
-        active = driver.active
-        active.get_current_device = lambda: 0
-        active.get_current_stream = lambda *_: 0
-        active.get_device_capability = lambda *_: job.capability
+        if torch.cuda.is_available():
+            active = driver.active
+            active.get_current_device = lambda: 0
+            active.get_current_stream = lambda *_: 0
+            active.get_device_capability = lambda *_: job.capability
+        else:  # compiling for a GPU this machine lacks (tests and benchmarks on a CPU machine)
+            driver.set_active(CompileOnlyDriver(job.capability))
         device = torch.device("cuda", 0)
     args = [stand_in(a.shape, a.dtype, device, a.misalignment, a.strides) if isinstance(a, TensorSpec) else a
             for a in job.args]

@@ -318,10 +318,11 @@ class RegionKernel:
         if cfg.split > 1:
             extra = workspace if workspace is not None else self._workspace(launch.grid[0] // cfg.split, dev)
         options: dict[str, Any] = dict(num_warps=cfg.num_warps, **blocks)
-        if cfg.split > 1 and dev.type == "cuda":
+        if dev.type == "cuda":
             # no FMA contraction where split programs meet: with it, float32 batch norms with split column sums gave
-            # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session)
-            options["enable_fp_fusion"] = False
+            # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session);
+            # elsewhere on, said outright (Triton 3.9 warns that its default turns off in 3.10)
+            options["enable_fp_fusion"] = cfg.split == 1
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 
 
