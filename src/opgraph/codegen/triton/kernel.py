@@ -177,7 +177,8 @@ class RegionKernel:
                     outcomes.append({"error": type(e).__name__})
                     continue
         if tuning_records.log_path() is not None:
-            winner = candidates.index(min(timed)[2]) if timed else 0
+            fastest_kernel = min(timed)[2] if timed else None
+            winner = next((i for i, k in enumerate(candidates) if k is fastest_kernel), 0)
             tuning_records.log(self.key, [step[0].name for step in self.steps], [k.config for k in candidates],
                                inputs, outcomes, winner)
         if not timed:

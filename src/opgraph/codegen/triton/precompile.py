@@ -3,13 +3,15 @@
 
 Without it each kernel compiles at its first launch, one after another on the calling thread. Here compiles queue
 for ``compile_threads()`` daemon threads, tuning candidates ahead of background work. With
-``OPGRAPH_COMPILE_PROCESSES=1`` each thread on CUDA hands its job to a worker process of its own (``compile_worker``:
-Triton's compile holds the GIL for much of its work, so threads alone gained 2.4x on 16 cores), which writes the
-kernel into Triton's disk cache; the thread then loads it from there (Triton's ``warmup`` again, now a cache hit), so
-the launch finds it in memory. A worker that cannot be started turns them off. Nothing runs and no device memory is
-allocated: the inputs, outputs and split workspaces are stand-ins (``compile_worker.stand_in``) at the alignment of
-the tensors they stand for. Inputs that turn out strided, or otherwise aligned, take another specialisation,
-compiled at launch. ``STATS`` counts the work and its seconds.
+``OPGRAPH_COMPILE_PROCESSES=1`` each thread on CUDA hands its job to a worker process of its own
+(``compile_worker``: Triton's compile holds the GIL for much of its work, so threads alone gained 2.4x on 16 cores),
+which writes the kernel into Triton's disk cache; the thread then loads it from there (Triton's ``warmup`` again,
+now a cache hit), so the launch finds it in memory. A worker that cannot be started, or that keeps dying, turns them
+off with a warning. A launch or tuner waits for a compile here at most ``timeout_s()`` (``OPGRAPH_COMPILE_TIMEOUT``)
+before compiling it itself. Nothing runs and no device memory is allocated: the inputs, outputs and split workspaces
+are stand-ins (``compile_worker.stand_in``) at the alignment of the tensors they stand for. Inputs that turn out
+strided, or otherwise aligned, take another specialisation, compiled at launch. ``STATS`` counts the work and its
+seconds.
 
 A kernel whose input types are static is compiled for contiguous inputs of those types; one that will be tuned has
 all its candidates compiled, or only the configuration a tuning record names. A launch (and a tuner's own compile)
