@@ -6,6 +6,7 @@ tuning's time. This reads the log that ``_tune`` appends to (one JSON line per t
 time or why it has none, the winner) and prints:
 
 * a summary: tunings, candidates, how often the heuristic's first choice wins and what it loses where it does not;
+* per region kind (its reductions and dtype): how often the first choice wins, and which families win;
 * per configuration family (the configuration's fields, the first choice apart): how often it is offered, wins or
   comes within ``--near`` of the best, and its median time against the best;
 * pruning: families left out one at a time, the one losing the least kernel time per compile saved first, with
@@ -56,6 +57,32 @@ def read(paths: list[Path]) -> list[dict[str, Any]]:
             except ValueError:
                 print(f"{path}:{n}: not JSON, skipped", file=sys.stderr)
     return entries
+
+
+def kind(entry: dict[str, Any]) -> str:
+    """A tuning's region kind: its reductions (or "flat") and its first input's dtype."""
+    reductions = sorted({op for op in entry.get("ops", []) if op.startswith(("reduce_", "arg", "softmax", "log_softmax",
+                                                                             "layer_norm", "rms_norm", "group_norm",
+                                                                             "batch_norm"))})
+    dtype = entry["inputs"][0][2] if entry.get("inputs") else "?"
+    return f"{'+'.join(reductions) or 'flat'} ({dtype})"
+
+
+def kinds(entries: list[dict[str, Any]]) -> list[list[str]]:
+    """Per region kind: tunings, how often the first choice wins, and the families that win most."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        groups[kind(e)].append(e)
+    rows = []
+    for name, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        wins: dict[str, int] = defaultdict(int)
+        for e in group:
+            wins[family(e["candidates"][e["winner"]])] += 1
+        top = sorted(wins.items(), key=lambda kv: -kv[1])[:3]
+        first = sum(e["winner"] == 0 for e in group)
+        rows.append([name, str(len(group)), f"{first / len(group):.0%}",
+                     "; ".join(f"{fam} ({n})" for fam, n in top)])
+    return rows
 
 
 def _times(entry: dict[str, Any]) -> list[float | None]:
@@ -153,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = sorted({e.get("gpu", "?") for e in entries})
     print(f"{len(entries)} tunings from {len(args.logs)} log(s); GPU: {', '.join(gpus)}\n")
     print(format_table(["", "value"], summary(entries)))
+    print("\nper region kind (its reductions and first input's dtype):")
+    print(format_table(["kind", "tunings", "first choice wins", "winning families (wins)"], kinds(entries)))
     stats = families(entries, args.near)
     rows = []
     for name, f in sorted(stats.items(), key=lambda kv: -kv[1]["offered"])[:args.top]:
