@@ -87,6 +87,29 @@ class Phases:
         setattr(owner, name, timed)
 
 
+def count_launches() -> collections.Counter[str]:
+    """Counts of the generated kernels' outermost launches on the main thread, by whether every input is
+    contiguous (a tuner's candidates, launched inside, are not counted)."""
+    from opgraph.codegen.triton.kernel import RegionKernel
+
+    counts: collections.Counter[str] = collections.Counter()
+    real = RegionKernel.__call__
+    depth = threading.local()
+
+    def call(self: Any, *inputs: Any, **kwargs: Any) -> Any:
+        outer = threading.current_thread() is threading.main_thread() and not getattr(depth, "n", 0)
+        if outer:
+            counts["contiguous" if all(x.is_contiguous() for x in inputs) else "strided"] += 1
+        depth.n = getattr(depth, "n", 0) + 1
+        try:
+            return real(self, *inputs, **kwargs)
+        finally:
+            depth.n -= 1
+
+    RegionKernel.__call__ = call  # type: ignore[method-assign]
+    return counts
+
+
 @contextlib.contextmanager
 def profiled(top: int) -> Iterator[None]:
     if not top:
@@ -113,8 +136,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="compile each executable's kernels in the background once it is built (OPGRAPH_PRECOMPILE=1)")
     p.add_argument("--compile-processes", action="store_true",
                    help="compiles ahead of launches in worker processes (OPGRAPH_COMPILE_PROCESSES=1)")
+    p.add_argument("--interpret", action="store_true",
+                   help="on the CPU: generated kernels under Triton's interpreter, channels-last (for the launch "
+                        "counts; the times are the interpreter's)")
     p.add_argument("--cprofile", type=int, default=0, metavar="N", help="also list the N costliest functions")
     args = p.parse_args(argv)
+    if args.interpret:  # before Triton is first imported
+        os.environ["TRITON_INTERPRET"] = "1"
     if args.records == "off":
         os.environ["OPGRAPH_TUNING_RECORDS"] = "0"
     if args.precompile:
@@ -134,7 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     phases = Phases()
     for label, module, path in PHASES:
         phases.wrap(label, module, path)
-    fn = torch.compile(model, backend="opgraph")
+    launches = count_launches()
+    options: dict[str, Any] = {"triton_interpret": True, "channels_last": True} if args.interpret else {}
+    fn = torch.compile(model, backend="opgraph", options=options)
     sync: Callable[[], None] = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     sync()
     t0 = time.perf_counter()
@@ -154,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
           f"background compiles {'on' if args.precompile else 'off'}, worker processes "
           f"{'on' if args.compile_processes else 'off'}:")
     print(format_table(["phase", "seconds", "own", "calls"], rows))
+    print(f"\ngenerated-kernel launches in the step: {launches['contiguous']} with contiguous inputs, "
+          f"{launches['strided']} with strided ones (a variant of their own, compiled at its launch)")
     from opgraph.codegen.triton.precompile import STATS
 
     work = sorted({name.removesuffix(" s") for name in STATS})
