@@ -184,6 +184,31 @@ def test_compiles_ahead_of_strided_inputs_are_the_launchs_own(recorders: dict[st
     assert _typed(args)[0] == ((96, 64), torch.float32, (1, 97), 4)
 
 
+def test_an_input_the_region_transposes_to_nhwc_has_its_strided_variant_compiled_too(recorders: dict[str, Recorder],
+                                                                                       tmp_path: Path) -> None:
+    """A region that transposes an NCHW input to NHWC (how the layout pass leaves one that is stored NHWC): the
+    background compiles include the strided variant for a channels-last stand-in, the one a channels-last launch
+    takes, with the launch's own arguments; a contiguous launch still finds the contiguous kernel compiled."""
+    g = og.Graph()
+    x = g.placeholder((4, 8, 6, 6), og.float32)
+    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
+    assert precompile.nhwc_stored_inputs(kernel) == {0}
+    queued = precompile.precompile(kernel, torch.device("cpu"))
+    _settle()
+    assert len(queued) == 2 and queued[0] is kernel and queued[1] in kernel._strided.values()
+    xv = torch.randn(4, 8, 6, 6)
+    for value in (xv.contiguous(memory_format=torch.channels_last), xv):
+        kernel(value)  # recorded, not run
+    for k in queued:
+        recorder = recorders[k.source]
+        (_, args, grid, options), = recorder.warmups
+        launch_args, launch_grid, launch_options = recorder.launches[-1]
+        assert (grid, options) == (launch_grid, launch_options) and _typed(args) == _typed(launch_args)
+    assert _typed(recorders[queued[1].source].warmups[0][1])[0] == ((4, 8, 6, 6), torch.float32, (288, 1, 48, 8), 0)
+
+
 def test_a_tuner_takes_its_candidates_ahead_of_the_queued_background_work(recorders: dict[str, Recorder],
                                                                           tmp_path: Path) -> None:
     gate = threading.Event()
@@ -264,3 +289,23 @@ def test_on_cuda_a_kernel_compiled_ahead_launches_without_building_its_launcher(
     kernel._tuned[((512, 2048),)] = kernel  # launch this configuration, untuned
     torch.testing.assert_close(kernel(xv)[0], xv.float().exp().amax(1).to(torch.bfloat16), rtol=2e-2, atol=1e-2)
     assert builds == []
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_channels_last_launch_finds_its_strided_variant_compiled(tmp_path: Path) -> None:
+    g = og.Graph()
+    x = g.placeholder((16, 64, 28, 28), og.bfloat16)
+    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
+    dev = torch.device("cuda")
+    queued = precompile.precompile(kernel, dev)
+    _settle()
+    (variant,) = [k for k in queued if k is not kernel]
+    fn = variant.fn
+    entries = lambda: sum(len(c[0]) for c in fn.device_caches.values())  # noqa: E731  (Triton's compiled kernels)
+    before = entries()
+    assert before >= 1
+    xv = torch.randn(16, 64, 28, 28, device=dev, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(kernel(xv)[0], xv.permute(0, 2, 3, 1).relu())
+    assert entries() == before  # the channels-last stand-in's specialisation is the real tensor's

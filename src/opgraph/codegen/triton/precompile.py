@@ -109,26 +109,62 @@ def wait_for(key: str, config: Any) -> None:
 
 
 def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]:
-    """Queue the background compiles of ``kernel`` (module docstring); the configurations queued."""
-    from .kernel import TUNE_MIN_ELEMENTS
-
+    """Queue the background compiles of ``kernel`` (module docstring); the configurations queued. Inputs that the
+    region transposes from NCHW to NHWC are, in a channels-last graph, stored NHWC (the layout pass arranges it):
+    the strided variant such inputs launch is queued too, for channels-last stand-ins of them."""
     if not all(t.is_static for t in kernel.in_types):
         return []
     shapes = [tuple(int(d) for d in t.shape) for t in kernel.in_types]  # type: ignore[arg-type]
-    ins = [stand_in(s, t.dtype.torch_dtype, device) for s, t in zip(shapes, kernel.in_types, strict=True)]
-    jobs: list[RegionKernel] = [kernel]
-    if kernel.alternatives is not None and max((math.prod(s) for s in shapes), default=0) >= TUNE_MIN_ELEMENTS:
-        candidates = [kernel, *kernel.alternatives()]
-        remembered = kernel.recorded_choice(candidates, ins)[1]
-        jobs = [k for k in candidates if k.config == remembered] or candidates
+    dtypes = [t.dtype.torch_dtype for t in kernel.in_types]
+    work = [(kernel, [stand_in(s, dt, device) for s, dt in zip(shapes, dtypes, strict=True)])]
+    nhwc = nhwc_stored_inputs(kernel)
+    if nhwc and kernel.strided is not None:
+        strides = [_channels_last(s) if i in nhwc else None for i, s in enumerate(shapes)]
+        inner = kernel._inner_axis([torch.empty_strided(s, st or _contiguous(s), dtype=dt, device="meta")
+                                    for s, st, dt in zip(shapes, strides, dtypes, strict=True)])
+        variant = kernel._strided.get(inner)
+        if variant is None:  # the launch takes it from there
+            variant = kernel._strided[inner] = kernel.strided(inner)
+        work.append((variant, [stand_in(s, dt, device, 0, st) for s, st, dt in zip(shapes, strides, dtypes,
+                                                                                     strict=True)]))
     queued = []
-    with _LOCK:
-        for k in jobs:
-            if (k.key, k.config) in _PENDING:
-                continue
-            _PENDING[(k.key, k.config)] = _submit(functools.partial(_compile, k, ins, device))
-            queued.append(k)
+    for k, ins in work:
+        jobs = _to_compile(k, ins)
+        with _LOCK:
+            for job in jobs:
+                if (job.key, job.config) in _PENDING:
+                    continue
+                _PENDING[(job.key, job.config)] = _submit(functools.partial(_compile, job, ins, device))
+                queued.append(job)
     return queued
+
+
+def nhwc_stored_inputs(kernel: RegionKernel) -> set[int]:
+    """The rank-4 inputs that ``kernel``'s region transposes from NCHW to NHWC."""
+    from ...ops.shape import TRANSPOSE
+
+    return {reads[0] for op, attrs, reads in kernel.steps
+            if op is TRANSPOSE and tuple(attrs.perm) == (0, 2, 3, 1) and reads[0] < len(kernel.in_types)}
+
+
+def _to_compile(kernel: RegionKernel, ins: list[Any]) -> list[RegionKernel]:
+    """``kernel``, or where it will be tuned its candidates (only the one a tuning record names, if any)."""
+    from .kernel import TUNE_MIN_ELEMENTS
+
+    if kernel.alternatives is None or max((math.prod(x.shape) for x in ins), default=0) < TUNE_MIN_ELEMENTS:
+        return [kernel]
+    candidates = [kernel, *kernel.alternatives()]
+    remembered = kernel.recorded_choice(candidates, ins)[1]
+    return [k for k in candidates if k.config == remembered] or candidates
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+
+
+def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
 
 
 def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
