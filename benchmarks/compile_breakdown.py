@@ -87,9 +87,15 @@ class Phases:
         setattr(owner, name, timed)
 
 
+def _same_strides(x: torch.Tensor, strides: tuple[int, ...]) -> bool:
+    """``x`` is stored with ``strides`` (dims of one element, whose stride nothing reads, aside)."""
+    return all(n == 1 or st == want for n, st, want in zip(x.shape, x.stride(), strides, strict=True))
+
+
 def count_launches() -> collections.Counter[str]:
     """Counts of the generated kernels' outermost launches on the main thread, by whether every input is
     contiguous (a tuner's candidates, launched inside, are not counted)."""
+    from opgraph.codegen.triton import precompile
     from opgraph.codegen.triton.kernel import RegionKernel
 
     counts: collections.Counter[str] = collections.Counter()
@@ -98,8 +104,14 @@ def count_launches() -> collections.Counter[str]:
 
     def call(self: Any, *inputs: Any, **kwargs: Any) -> Any:
         outer = threading.current_thread() is threading.main_thread() and not getattr(depth, "n", 0)
-        if outer:
-            counts["contiguous" if all(x.is_contiguous() for x in inputs) else "strided"] += 1
+        if outer and all(x.is_contiguous() for x in inputs):
+            counts["contiguous"] += 1
+        elif outer:
+            counts["strided"] += 1
+            nhwc = precompile.nhwc_stored_inputs(self) if self.strided is not None else set()
+            counts["strided, foreseen"] += bool(nhwc) and all(  # the strides precompile gives its stand-ins
+                _same_strides(x, precompile._channels_last(tuple(x.shape)) if i in nhwc else
+                              precompile._contiguous(tuple(x.shape))) for i, x in enumerate(inputs))
         depth.n = getattr(depth, "n", 0) + 1
         try:
             return real(self, *inputs, **kwargs)
@@ -185,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{'on' if args.compile_processes else 'off'}:")
     print(format_table(["phase", "seconds", "own", "calls"], rows))
     print(f"\ngenerated-kernel launches in the step: {launches['contiguous']} with contiguous inputs, "
-          f"{launches['strided']} with strided ones (a variant of their own, compiled at its launch)")
+          f"{launches['strided']} with strided ones (a variant of their own), {launches['strided, foreseen']} of "
+          "them foreseen by the background compiles (inputs the region transposes to NHWC, stored NHWC)")
     from opgraph.codegen.triton.precompile import STATS
 
     work = sorted({name.removesuffix(" s") for name in STATS})
