@@ -5,8 +5,8 @@ a fresh process with an empty Triton cache (``kernel.compile_in_threads``, ``OPG
 
 With a CUDA device the candidates compile as the tuner compiles them: one by one at their launches, or ahead in
 threads, each thread compiling itself or (``processes``) driving a worker process (``precompile``). Without one they
-compile for sm_90 through ``triton.compile`` in threads (front end, MLIR passes, ptxas; nothing runs), as candidates
-for ``--sms`` multiprocessors (the H200's 132 by default).
+compile for sm_90 (front end, MLIR passes, ptxas; nothing runs), as candidates for ``--sms`` multiprocessors (the
+H200's 132 by default): through ``triton.compile`` in threads, or by each thread's worker process.
 
     python benchmarks/compile_threads.py --threads 1,4,16
     python benchmarks/compile_threads.py --dtypes bfloat16 --shapes 64x56 --threads 1,2
@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +95,37 @@ def _compile_for_sm90(kernel: Any, feed: list[torch.Tensor]) -> None:
                    options={"num_warps": warps})
 
 
+_WORKERS = threading.local()
+
+
+def _compile_in_worker_for_sm90(kernel: Any, feed: list[torch.Tensor]) -> None:
+    """``kernel`` compiled for sm_90 by this thread's compile worker process (``compile_worker``, Triton's driver
+    answered without a GPU), as a compile thread on CUDA hands its jobs over."""
+    from opgraph.codegen.triton import compile_worker, precompile
+    from opgraph.codegen.triton.kernel import kernel_file
+
+    launch = kernel._launch(tuple(tuple(x.shape) for x in feed))
+    cuda = torch.device("cuda")  # only for the launch options a CUDA launch passes; nothing is allocated there
+    ins = [compile_worker.stand_in(tuple(x.shape), x.dtype, cuda) for x in feed]
+    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, cuda) for s, t in zip(launch.out_shapes, kernel.out_types,
+                                                                                   strict=True)]
+    space = None
+    if kernel.config.split > 1:
+        sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
+        space = [compile_worker.stand_in((n,), d, cuda) for n, d in zip(sizes, (torch.float32, torch.int32),
+                                                                       strict=True)]
+    args, options = kernel._arguments(launch, ins, outs, cuda, space)
+    path, module, function = kernel_file(kernel.source, kernel.cache_dir)
+    job = compile_worker.Job(str(path), module, function, tuple(compile_worker.describe(a) for a in args),
+                             launch.grid, tuple(options.items()), (9, 0), os.environ.get("TRITON_CACHE_DIR"))
+    worker = getattr(_WORKERS, "process", None)
+    if worker is None:
+        worker = _WORKERS.process = precompile.WorkerProcess()
+    ok, message, _ = worker.run(job, 600.0)
+    if not ok:
+        raise RuntimeError(message)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One thread count: emit the candidates, compile each case's in threads as the tuner does, print JSON."""
     from opgraph.codegen.triton.kernel import compile_in_threads
@@ -105,6 +137,7 @@ def worker(args: argparse.Namespace) -> None:
             k.fn  # noqa: B018 - loads the module: Python's import of the source is not the compile timed here
     os.environ["OPGRAPH_COMPILE_THREADS"] = str(args.worker)
     os.environ["OPGRAPH_COMPILE_PROCESSES"] = "1" if args.processes else "0"
+    pool = ThreadPoolExecutor(args.worker)
     t0 = time.perf_counter()
     for kernels, feed in work:
         if device == "cuda":
@@ -115,12 +148,14 @@ def worker(args: argparse.Namespace) -> None:
                     k._tuned[tuple(tuple(x.shape) for x in feed)] = k
                     k(*feed)
                 torch.cuda.synchronize()
-        else:
-            with ThreadPoolExecutor(args.worker) as pool:
-                list(pool.map(lambda k, feed=feed: _compile_for_sm90(k, feed), kernels))
-    print(json.dumps({"threads": args.worker, "processes": bool(args.processes and device == "cuda"),
+        else:  # one pool for the run, as the compile threads are: each keeps its worker process
+            compile_one = _compile_in_worker_for_sm90 if args.processes else _compile_for_sm90
+            list(pool.map(lambda k, feed=feed, compile_one=compile_one: compile_one(k, feed), kernels))
+    seconds = time.perf_counter() - t0
+    pool.shutdown()
+    print(json.dumps({"threads": args.worker, "processes": bool(args.processes),
                       "kernels": sum(len(k) for k, _ in work), "emit_s": emitted,
-                      "compile_s": time.perf_counter() - t0, "target": device}))
+                      "compile_s": seconds, "target": device}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows, base = [], None
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    settings = [(t, m == "processes") for t in args.threads
-                for m in (modes if t > 1 and torch.cuda.is_available() else modes[:1])]
+    settings = [(t, m == "processes") for t in args.threads for m in (modes if t > 1 else modes[:1])]
     for t, processes in settings:
         env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="og-compile-")}
         env.pop("TRITON_INTERPRET", None)
