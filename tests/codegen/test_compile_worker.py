@@ -262,3 +262,32 @@ def test_kernels_a_worker_compiles_for_sm90_load_here_from_its_cache(tmp_path: P
     assert all(result["compiled"]), result["errors"]
     assert result["loaded"] == result["kernels"]
     assert list((tmp_path / "triton").rglob("*.cubin"))
+
+
+def test_workers_start_ahead_once_one_per_compile_thread_and_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("OPGRAPH_COMPILE_PROCESSES", "1")
+    monkeypatch.setattr(precompile, "_PROCESSES_FAILED", __import__("threading").Event())
+    n = precompile._ensure_threads()
+    if n <= 1:
+        pytest.skip("one compile thread: nothing is compiled ahead")
+    precompile.stop_workers()
+    started = precompile.STATS["worker starts"]
+    precompile.start_workers()
+    precompile.start_workers()  # once: the second call queues nothing
+    for _ in range(200):
+        if precompile.STATS["worker starts"] - started >= n:
+            break
+        time.sleep(0.05)
+    processes: list[object] = []
+    for done in precompile._on_every_thread(lambda: processes.append(precompile._thread_worker().process)):
+        done.result(10)
+    assert precompile.STATS["worker starts"] - started == n
+    assert len({id(p) for p in processes}) == n and all(p is not None and p.poll() is None for p in processes)
+    precompile.stop_workers()
+    assert all(p.poll() is not None for p in processes)  # type: ignore[attr-defined]
+    processes.clear()
+    for done in precompile._on_every_thread(lambda: processes.append(precompile._thread_worker().process)):
+        done.result(10)
+    assert processes == [None] * n

@@ -61,6 +61,8 @@ class Executable:
         if device.kind == "cuda":
             from ..codegen.triton import precompile  # the kernels compile while the caller goes on
 
+            with contextlib.suppress(Exception):  # workers importing while the caller goes on (where they are on)
+                precompile.start_workers()
             for fn in self._generated.kernels.values() if precompile.enabled() else ():
                 if getattr(fn, "kernel", None) is not None:
                     with contextlib.suppress(Exception):  # best effort: a kernel left out compiles at its launch

@@ -60,6 +60,7 @@ _THREAD = threading.local()  # each compile thread's worker process, and the fut
 _PROCESSES_FAILED = threading.Event()  # workers cannot be started, or keep dying: the threads compile themselves
 _DEATHS_ALLOWED = 3  # workers that die in a job before the processes are turned off
 _DEATHS = itertools.count(1)
+_STARTED = threading.Event()  # start_workers has queued the workers' starts
 # counts and seconds of the work here, by kind (benchmarks/compile_breakdown.py prints them)
 STATS: collections.defaultdict[str, float] = collections.defaultdict(float)
 _STATS_LOCK = threading.Lock()
@@ -229,9 +230,7 @@ def _in_worker_process(kernel: RegionKernel, args: Sequence[Any], grid: tuple[in
     job = compile_worker.Job(str(path), module, function, tuple(compile_worker.describe(a) for a in args),
                              tuple(grid), tuple(options.items()), torch.cuda.get_device_capability(device),
                              _triton_cache_dir())
-    worker: WorkerProcess | None = getattr(_THREAD, "worker", None)
-    if worker is None:
-        worker = _THREAD.worker = WorkerProcess()
+    worker = _thread_worker()
     start = time.perf_counter()
     try:
         ok, message, seconds = worker.run(job, timeout_s())
@@ -246,11 +245,56 @@ def _in_worker_process(kernel: RegionKernel, args: Sequence[Any], grid: tuple[in
     return ok, message
 
 
+def _thread_worker() -> WorkerProcess:
+    """This compile thread's worker process (made, not started, on first use)."""
+    worker: WorkerProcess | None = getattr(_THREAD, "worker", None)
+    if worker is None:
+        worker = _THREAD.worker = WorkerProcess()
+    return worker
+
+
+def start_workers() -> None:
+    """With worker processes on, start the compile threads' workers ahead of the first compile, once, without
+    waiting: a worker's start costs about 1.7 s, most of it importing PyTorch in the child, which then overlaps the
+    caller's work (an executable on CUDA calls this when built; a worker that died is started again by its next
+    job)."""
+    if processes_enabled() and not _STARTED.is_set():
+        _STARTED.set()
+        _on_every_thread(lambda: _thread_worker().start())
+
+
+def stop_workers() -> None:
+    """Stop every compile thread's worker process and return when they are stopped (the threads stay; a later job
+    starts a new worker)."""
+    for done in _on_every_thread(lambda: _thread_worker().close()):
+        with contextlib.suppress(Exception):
+            done.result(10)
+    _STARTED.clear()
+
+
+def _on_every_thread(action: Callable[[], object]) -> list[Future[None]]:
+    """Queue ``action`` once for each compile thread, ahead of other work (each job waits at a barrier until every
+    thread holds one, so that no thread takes two; 5 s at most, where threads are busy compiling)."""
+    n = _ensure_threads()
+    if n <= 1:
+        return []
+    barrier = threading.Barrier(n)
+
+    def job() -> None:
+        with contextlib.suppress(Exception):
+            action()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(5)
+
+    return [_submit(job, AHEAD) for _ in range(n)]
+
+
 def _turn_processes_off(why: str) -> None:
     if not _PROCESSES_FAILED.is_set():
         _PROCESSES_FAILED.set()
         warnings.warn(f"opgraph: compile worker processes turned off ({why}); compiling in threads", RuntimeWarning,
                       stacklevel=2)
+        threading.Thread(target=stop_workers, daemon=True).start()  # not from this compile thread: it would wait
 
 
 class WorkerDied(Exception):
@@ -288,12 +332,17 @@ class WorkerProcess:
         _count("worker starts", time.perf_counter() - start)
         return process
 
+    def start(self) -> subprocess.Popen[bytes]:
+        """The worker process, started where there is none (or it has exited): returns at once, the child importing
+        in the background."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = self._start()
+        return self.process
+
     def run(self, job: compile_worker.Job, timeout: float) -> tuple[bool, str, float]:
         """(ok, error message, seconds in the worker) of ``job``; raises ``WorkerDied`` where the process is gone
         or has not answered within ``timeout`` seconds (it is then killed)."""
-        if self.process is None or self.process.poll() is not None:
-            self.process = self._start()
-        process = self.process
+        process = self.start()
         assert process.stdin is not None and process.stdout is not None
         try:
             pickle.dump(job, process.stdin)
@@ -335,6 +384,12 @@ def _submit(job: Callable[[], None], priority: int = BACKGROUND) -> Future[None]
     """``job`` run by the daemon threads (``compile_threads()`` of them, started on first use)."""
     future: Future[None] = Future()
     _QUEUE.put((priority, next(_ORDER), future, job))
+    _ensure_threads()
+    return future
+
+
+def _ensure_threads() -> int:
+    """The compile threads, started on first use (``compile_threads()`` of them then): their count."""
     with _WORKERS_LOCK:
         if not _WORKERS:
             from .kernel import compile_threads
@@ -343,7 +398,7 @@ def _submit(job: Callable[[], None], priority: int = BACKGROUND) -> Future[None]
                 worker = threading.Thread(target=_work, name=f"opgraph-compile_{n}", daemon=True)
                 worker.start()
                 _WORKERS.append(worker)
-    return future
+        return len(_WORKERS)
 
 
 def _work() -> None:
@@ -361,5 +416,5 @@ def _work() -> None:
             _THREAD.future = None
 
 
-__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "timeout_s",
-           "wait_for"]
+__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "start_workers",
+           "stop_workers", "timeout_s", "wait_for"]
