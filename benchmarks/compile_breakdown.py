@@ -93,8 +93,8 @@ def _same_strides(x: torch.Tensor, strides: tuple[int, ...]) -> bool:
 
 
 def count_launches() -> collections.Counter[str]:
-    """Counts of the generated kernels' outermost launches on the main thread, by whether every input is
-    contiguous (a tuner's candidates, launched inside, are not counted)."""
+    """Counts of the generated kernels' outermost launches, by whether every input is contiguous (a tuner's
+    candidates, launched inside, are not counted; the compile threads launch nothing)."""
     from opgraph.codegen.triton import precompile
     from opgraph.codegen.triton.kernel import RegionKernel
 
@@ -103,7 +103,7 @@ def count_launches() -> collections.Counter[str]:
     depth = threading.local()
 
     def call(self: Any, *inputs: Any, **kwargs: Any) -> Any:
-        outer = threading.current_thread() is threading.main_thread() and not getattr(depth, "n", 0)
+        outer = not getattr(depth, "n", 0)  # any thread: autograd runs a CUDA backward on one of its own
         if outer and all(x.is_contiguous() for x in inputs):
             counts["contiguous"] += 1
         elif outer:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(["phase", "seconds", "own", "calls"], rows))
     print(f"\ngenerated-kernel launches in the step: {launches['contiguous']} with contiguous inputs, "
           f"{launches['strided']} with strided ones (a variant of their own), {launches['strided, foreseen']} of "
-          "them foreseen by the background compiles (inputs the region transposes to NHWC, stored NHWC)")
+          "them with the strides --precompile's stand-ins have (inputs the region transposes to NHWC, stored NHWC)")
     from opgraph.codegen.triton.precompile import STATS
 
     work = sorted({name.removesuffix(" s") for name in STATS})

@@ -79,8 +79,15 @@ def _compile_for_sm90(kernel: Any, feed: list[torch.Tensor]) -> None:
     meta = torch.device("meta")
     outs = [torch.empty(shape, dtype=t.dtype.torch_dtype, device=meta)
             for shape, t in zip(launch.out_shapes, kernel.out_types, strict=True)]
-    args, options = kernel._arguments(launch, [x.to(meta) for x in feed], outs, meta)
+    space = None
+    if kernel.config.split > 1:
+        sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
+        space = [torch.empty(n, dtype=d, device=meta) for n, d in zip(sizes, (torch.float32, torch.int32),
+                                                                     strict=True)]
+    # a CUDA launch's options (FMA contraction where split programs meet), on meta tensors
+    args, options = kernel._arguments(launch, [x.to(meta) for x in feed], outs, torch.device("cuda"), space)
     warps = options.pop("num_warps")
+    fp_fusion = options.pop("enable_fp_fusion", None)
     fn = kernel.fn
     positional = iter(args)
     signature, constants = {}, {}
@@ -92,7 +99,7 @@ def _compile_for_sm90(kernel: Any, feed: list[torch.Tensor]) -> None:
         signature[name] = f"*{TRITON_TYPES[a.dtype]}" if isinstance(a, torch.Tensor) else (
             "i64" if abs(int(a)) >= 2**31 else "i32")
     triton.compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
-                   options={"num_warps": warps})
+                   options={"num_warps": warps, **({} if fp_fusion is None else {"enable_fp_fusion": fp_fusion})})
 
 
 _WORKERS = threading.local()

@@ -42,7 +42,7 @@ def variant(name: str) -> Iterator[dict[str, Any]]:
     if name == "split-fma":
         def arguments(self: Any, *a: Any, **k: Any) -> tuple[list[Any], dict[str, Any]]:
             args, options = saved_args(self, *a, **k)
-            options.pop("enable_fp_fusion", None)
+            options["enable_fp_fusion"] = True  # FMA contraction in every kernel, where split programs meet too
             return args, options
         kernel.RegionKernel._arguments = arguments  # type: ignore[method-assign]
     elif name == "no-split":

@@ -47,25 +47,27 @@ def family(config: dict[str, Any]) -> str:
 
 
 def read(paths: list[Path]) -> list[dict[str, Any]]:
+    """The tunings of the logs that timed a candidate (one whose candidates all failed has no winner)."""
     entries = []
     for path in paths:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                entries.append(json.loads(line))
+                entry = json.loads(line)
             except ValueError:
                 print(f"{path}:{n}: not JSON, skipped", file=sys.stderr)
+                continue
+            if entry.get("winner") is not None:
+                entries.append(entry)
     return entries
 
 
 def kind(entry: dict[str, Any]) -> str:
-    """A tuning's region kind: its reductions (or "flat") and its first input's dtype."""
-    reductions = sorted({op for op in entry.get("ops", []) if op.startswith(("reduce_", "arg", "softmax", "log_softmax",
-                                                                             "layer_norm", "rms_norm", "group_norm",
-                                                                             "batch_norm"))})
+    """A tuning's region kind: its reductions (ops of the reduction fusion kind; "flat" where none) and its first
+    input's dtype."""
     dtype = entry["inputs"][0][2] if entry.get("inputs") else "?"
-    return f"{'+'.join(reductions) or 'flat'} ({dtype})"
+    return f"{'+'.join(entry.get('reductions') or []) or 'flat'} ({dtype})"
 
 
 def kinds(entries: list[dict[str, Any]]) -> list[list[str]]:

@@ -18,11 +18,14 @@ run() {  # label, then compile_breakdown.py arguments
     local label=$1
     shift
     echo "== $label" | tee -a "$out"
-    local start=$SECONDS
+    local start=$SECONDS cache rc
+    cache=$(mktemp -d)
     # shellcheck disable=SC2086
-    TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/compile_breakdown.py --model "$model" --records off $extra "$@" \
+    TRITON_CACHE_DIR=$cache python3 benchmarks/compile_breakdown.py --model "$model" --records off $extra "$@" \
         >> "$out" 2>> "$logs/compile_ab.err"
-    echo "== $label: exit $?, $((SECONDS - start)) s" | tee -a "$out"
+    rc=$?
+    rm -rf "$cache"
+    echo "== $label: exit $rc, $((SECONDS - start)) s" | tee -a "$out"
 }
 run "warm-up (threads)"
 run "threads"

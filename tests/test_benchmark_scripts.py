@@ -274,11 +274,13 @@ def test_tuning_census_counts_wins_and_prices_what_pruning_would_cost(tmp_path: 
     assert [r[2:] for r in rows] == [["1 of 7 (14%)", "0.0", "1.000"] if rows[0][1] == fam(d) else
                                      ["2 of 7 (29%)", "0.0", "1.000"],
                                      ["3 of 7 (43%)", "0.0", "1.000"], ["5 of 7 (71%)", "200.0", "1.250"]]
-    for e, ops in zip(entries, (["exp", "reduce_sum"], ["mul"]), strict=True):
-        e.update(ops=ops, inputs=[[[64, 64], [64, 1], "float32"]])
+    for e, ops, reductions in zip(entries, (["exp", "reduce_sum"], ["mul"]), (["reduce_sum"], []), strict=True):
+        e.update(ops=ops, reductions=reductions, inputs=[[[64, 64], [64, 1], "float32"]])
     assert [r[:3] for r in module["kinds"](entries)] == [["reduce_sum (float32)", "1", "0%"],
                                                          ["flat (float32)", "1", "100%"]]
-    log.write_text("\n".join(json.dumps(e) for e in entries) + "\nnot json\n")
+    untimed = {**entries[1], "outcomes": [{"error": "OutOfResources"}] * 3, "winner": None}
+    log.write_text("\n".join(json.dumps(e) for e in [*entries, untimed]) + "\nnot json\n")
+    assert len(module["read"]([log])) == 2  # the untimed tuning and the bad line left out
     assert module["main"]([str(log)]) == 0
     out = capsys.readouterr().out
     assert "2 tunings" in out and "first choice wins" in out and "1 (50%)" in out and "reduce_sum (float32)" in out

@@ -264,30 +264,37 @@ def test_kernels_a_worker_compiles_for_sm90_load_here_from_its_cache(tmp_path: P
     assert list((tmp_path / "triton").rglob("*.cubin"))
 
 
-def test_workers_start_ahead_once_one_per_compile_thread_and_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_start_ahead_one_per_compile_thread_and_stop_once_their_job_is_done(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
     import time
 
     monkeypatch.setenv("OPGRAPH_COMPILE_PROCESSES", "1")
-    monkeypatch.setattr(precompile, "_PROCESSES_FAILED", __import__("threading").Event())
+    monkeypatch.setattr(precompile, "_PROCESSES_FAILED", threading.Event())
     n = precompile._ensure_threads()
-    if n <= 1:
-        pytest.skip("one compile thread: nothing is compiled ahead")
-    precompile.stop_workers()
-    started = precompile.STATS["worker starts"]
-    precompile.start_workers()
-    precompile.start_workers()  # once: the second call queues nothing
-    for _ in range(200):
-        if precompile.STATS["worker starts"] - started >= n:
-            break
-        time.sleep(0.05)
-    processes: list[object] = []
-    for done in precompile._on_every_thread(lambda: processes.append(precompile._thread_worker().process)):
-        done.result(10)
-    assert precompile.STATS["worker starts"] - started == n
-    assert len({id(p) for p in processes}) == n and all(p is not None and p.poll() is None for p in processes)
-    precompile.stop_workers()
-    assert all(p.poll() is not None for p in processes)  # type: ignore[attr-defined]
-    processes.clear()
-    for done in precompile._on_every_thread(lambda: processes.append(precompile._thread_worker().process)):
-        done.result(10)
-    assert processes == [None] * n
+    assert precompile.stop_workers()
+    gate = threading.Event()
+    busy: list[object] = []
+    try:
+        precompile.start_workers()
+        for _ in range(200):
+            if len(precompile._LIVE) == n:
+                break
+            time.sleep(0.05)
+        workers = list(precompile._LIVE)
+        assert len(workers) == n and all(w.process.poll() is None for w in workers)  # type: ignore[attr-defined]
+        processes = [w.process for w in workers]  # type: ignore[attr-defined]
+        busy = [precompile._submit(lambda: gate.wait(10)) for _ in range(n)]  # every thread in a job
+        for _ in range(200):
+            if all(f.running() for f in busy):  # type: ignore[attr-defined]
+                break
+            time.sleep(0.01)
+        assert not precompile.stop_workers(wait_s=0.3)  # busy threads stop theirs after the job
+        gate.set()
+        assert precompile.stop_workers(wait_s=10)
+        assert all(p.poll() is not None for p in processes)
+    finally:
+        gate.set()
+        for f in busy:
+            f.result(10)  # type: ignore[attr-defined]
+        precompile.stop_workers()

@@ -155,6 +155,7 @@ def test_the_tuning_log_lists_every_candidate_with_its_time_or_why_not(tuner: di
     best = kernel._tune([xv])
     (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert entry["source"] == kernel.key and {"relu", "reduce_sum"} <= set(entry["ops"])
+    assert entry["reductions"] == ["reduce_sum"]
     assert entry["inputs"] == [[[2048, 64], [64, 1], "float32"]] and entry["gpu"] == "cpu"
     assert [Config(**c) for c in entry["candidates"]] == [k.config for k in candidates]
     outcomes = entry["outcomes"]

@@ -178,9 +178,10 @@ class RegionKernel:
                     continue
         if tuning_records.log_path() is not None:
             fastest_kernel = min(timed)[2] if timed else None
-            winner = next((i for i, k in enumerate(candidates) if k is fastest_kernel), 0)
-            tuning_records.log(self.key, [step[0].name for step in self.steps], [k.config for k in candidates],
-                               inputs, outcomes, winner)
+            winner = next((i for i, k in enumerate(candidates) if k is fastest_kernel), None)
+            tuning_records.log(self.key, [step[0].name for step in self.steps],
+                               [step[0].name for step in self.steps if step[0].fusion is FusionKind.REDUCTION],
+                               [k.config for k in candidates], inputs, outcomes, winner)
         if not timed:
             return self
         best = min(timed)[2]
@@ -319,10 +320,10 @@ class RegionKernel:
         if cfg.split > 1:
             extra = workspace if workspace is not None else self._workspace(launch.grid[0] // cfg.split, dev)
         options: dict[str, Any] = dict(num_warps=cfg.num_warps, **blocks)
-        if dev.type == "cuda":
+        if dev.type == "cuda" and (cfg.split > 1 or "TRITON_DEFAULT_FP_FUSION" not in os.environ):
             # no FMA contraction where split programs meet: with it, float32 batch norms with split column sums gave
             # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session);
-            # elsewhere on, said outright (Triton 3.9 warns that its default turns off in 3.10)
+            # elsewhere on, said outright unless the user set Triton's default (which 3.10 turns off)
             options["enable_fp_fusion"] = cfg.split == 1
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 

@@ -60,7 +60,11 @@ _THREAD = threading.local()  # each compile thread's worker process, and the fut
 _PROCESSES_FAILED = threading.Event()  # workers cannot be started, or keep dying: the threads compile themselves
 _DEATHS_ALLOWED = 3  # workers that die in a job before the processes are turned off
 _DEATHS = itertools.count(1)
-_STARTED = threading.Event()  # start_workers has queued the workers' starts
+_START_WANTED = threading.Event()  # start_workers asked the compile threads to start their workers
+_STOPS = 0  # stop_workers calls: each compile thread closes its worker when it sees the count change
+_LIVE: set[Any] = set()  # the worker processes running (WorkerProcess objects)
+_LIVE_LOCK = threading.Lock()
+_IDLE_S = 0.5  # an idle compile thread looks at the two above this often
 # counts and seconds of the work here, by kind (benchmarks/compile_breakdown.py prints them)
 STATS: collections.defaultdict[str, float] = collections.defaultdict(float)
 _STATS_LOCK = threading.Lock()
@@ -120,14 +124,8 @@ def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]
     work = [(kernel, [stand_in(s, dt, device) for s, dt in zip(shapes, dtypes, strict=True)])]
     nhwc = nhwc_stored_inputs(kernel)
     if nhwc and kernel.strided is not None:
-        strides = [_channels_last(s) if i in nhwc else None for i, s in enumerate(shapes)]
-        inner = kernel._inner_axis([torch.empty_strided(s, st or _contiguous(s), dtype=dt, device="meta")
-                                    for s, st, dt in zip(shapes, strides, dtypes, strict=True)])
-        variant = kernel._strided.get(inner)
-        if variant is None:  # the launch takes it from there
-            variant = kernel._strided[inner] = kernel.strided(inner)
-        work.append((variant, [stand_in(s, dt, device, 0, st) for s, st, dt in zip(shapes, strides, dtypes,
-                                                                                     strict=True)]))
+        with contextlib.suppress(Exception):  # a guess: whatever goes wrong, the kernel's own compiles go ahead
+            work.append(_channels_last_variant(kernel, shapes, dtypes, nhwc, device))
     queued = []
     for k, ins in work:
         jobs = _to_compile(k, ins)
@@ -138,6 +136,22 @@ def precompile(kernel: RegionKernel, device: torch.device) -> list[RegionKernel]
                 _PENDING[(job.key, job.config)] = _submit(functools.partial(_compile, job, ins, device))
                 queued.append(job)
     return queued
+
+
+def _channels_last_variant(kernel: RegionKernel, shapes: list[tuple[int, ...]], dtypes: list[torch.dtype],
+                           nhwc: set[int], device: torch.device) -> tuple[RegionKernel, list[Any]]:
+    """The strided variant a launch with inputs ``nhwc`` stored channels-last takes, and stand-ins of those inputs;
+    raises where such inputs would be contiguous after all (H = W = 1, or C = 1: the kernel's own variant runs)."""
+    strides = [_channels_last(s) if i in nhwc else None for i, s in enumerate(shapes)]
+    metas = [torch.empty_strided(s, st or _contiguous(s), dtype=dt, device="meta")
+             for s, st, dt in zip(shapes, strides, dtypes, strict=True)]
+    if all(m.is_contiguous() for m in metas):
+        raise ValueError("channels-last and contiguous alike: no strided launch")
+    inner = kernel._inner_axis(metas)
+    variant = kernel._strided.get(inner)
+    if variant is None:  # the launch takes it from there
+        variant = kernel._strided[inner] = kernel.strided(inner)
+    return variant, [stand_in(s, dt, device, 0, st) for s, st, dt in zip(shapes, strides, dtypes, strict=True)]
 
 
 def nhwc_stored_inputs(kernel: RegionKernel) -> set[int]:
@@ -254,39 +268,43 @@ def _thread_worker() -> WorkerProcess:
 
 
 def start_workers() -> None:
-    """With worker processes on, start the compile threads' workers ahead of the first compile, once, without
+    """With worker processes on, have every compile thread start its worker ahead of the first compile, without
     waiting: a worker's start costs about 1.7 s, most of it importing PyTorch in the child, which then overlaps the
-    caller's work (an executable on CUDA calls this when built; a worker that died is started again by its next
-    job)."""
-    if processes_enabled() and not _STARTED.is_set():
-        _STARTED.set()
-        _on_every_thread(lambda: _thread_worker().start())
+    caller's work (an executable on CUDA calls this when built). Idle threads act on it within ``_IDLE_S``."""
+    if processes_enabled():
+        _START_WANTED.set()
+        _ensure_threads()
 
 
-def stop_workers() -> None:
-    """Stop every compile thread's worker process and return when they are stopped (the threads stay; a later job
-    starts a new worker)."""
-    for done in _on_every_thread(lambda: _thread_worker().close()):
-        with contextlib.suppress(Exception):
-            done.result(10)
-    _STARTED.clear()
+def stop_workers(wait_s: float = 10.0) -> bool:
+    """Have every compile thread stop its worker process (an idle thread at once, a busy one after its job), and
+    wait up to ``wait_s`` for them to be gone: whether they are. A later job starts a new worker."""
+    global _STOPS
+    _START_WANTED.clear()
+    with _LIVE_LOCK:
+        _STOPS += 1
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        with _LIVE_LOCK:
+            if not _LIVE:
+                return True
+        time.sleep(0.02)
+    with _LIVE_LOCK:
+        return not _LIVE
 
 
-def _on_every_thread(action: Callable[[], object]) -> list[Future[None]]:
-    """Queue ``action`` once for each compile thread, ahead of other work (each job waits at a barrier until every
-    thread holds one, so that no thread takes two; 5 s at most, where threads are busy compiling)."""
-    n = _ensure_threads()
-    if n <= 1:
-        return []
-    barrier = threading.Barrier(n)
-
-    def job() -> None:
-        with contextlib.suppress(Exception):
-            action()
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait(5)
-
-    return [_submit(job, AHEAD) for _ in range(n)]
+def _tend_worker(seen_stops: int) -> int:
+    """Between jobs, on a compile thread: close its worker after a ``stop_workers``, start it after a
+    ``start_workers``; the stop count now seen."""
+    worker = getattr(_THREAD, "worker", None)
+    with _LIVE_LOCK:
+        stops = _STOPS
+    if stops != seen_stops and worker is not None:
+        worker.close()
+    if _START_WANTED.is_set() and processes_enabled() and stops == _STOPS:
+        with contextlib.suppress(WorkerDied):
+            _thread_worker().start()
+    return stops
 
 
 def _turn_processes_off(why: str) -> None:
@@ -294,7 +312,7 @@ def _turn_processes_off(why: str) -> None:
         _PROCESSES_FAILED.set()
         warnings.warn(f"opgraph: compile worker processes turned off ({why}); compiling in threads", RuntimeWarning,
                       stacklevel=2)
-        threading.Thread(target=stop_workers, daemon=True).start()  # not from this compile thread: it would wait
+        stop_workers(wait_s=0)
 
 
 class WorkerDied(Exception):
@@ -337,6 +355,8 @@ class WorkerProcess:
         in the background."""
         if self.process is None or self.process.poll() is not None:
             self.process = self._start()
+            with _LIVE_LOCK:
+                _LIVE.add(self)
         return self.process
 
     def run(self, job: compile_worker.Job, timeout: float) -> tuple[bool, str, float]:
@@ -360,6 +380,8 @@ class WorkerProcess:
 
     def close(self) -> None:
         process, self.process = self.process, None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         if process is None:
             return
         for pipe in (process.stdin, process.stdout):
@@ -402,8 +424,14 @@ def _ensure_threads() -> int:
 
 
 def _work() -> None:
+    seen_stops = _STOPS
     while True:
-        _, _, future, job = _QUEUE.get()
+        seen_stops = _tend_worker(seen_stops)
+        try:
+            _, _, future, job = _QUEUE.get(timeout=_IDLE_S)
+        except queue.Empty:
+            continue
+        seen_stops = _tend_worker(seen_stops)
         if not future.set_running_or_notify_cancel():
             continue
         _THREAD.future = future

@@ -80,14 +80,16 @@ def log_path() -> Path | None:
 _LOG_LOCK = threading.Lock()
 
 
-def log(source_key: str, ops: Sequence[str], candidates: Sequence[Config], inputs: Sequence[torch.Tensor],
-        outcomes: Sequence[dict[str, object]], winner: int) -> None:
-    """Append one tuning to the log file (``log_path()``); a file that cannot be written keeps nothing."""
+def log(source_key: str, ops: Sequence[str], reductions: Sequence[str], candidates: Sequence[Config],
+        inputs: Sequence[torch.Tensor], outcomes: Sequence[dict[str, object]], winner: int | None) -> None:
+    """Append one tuning to the log file (``log_path()``): the region's ops and reductions among them, its inputs,
+    candidates, their outcomes and the winner's index (None: none was timed); a file that cannot be written keeps
+    nothing."""
     path = log_path()
     if path is None:
         return
     dev = inputs[0].device
-    entry = {"source": source_key, "ops": list(ops),
+    entry = {"source": source_key, "ops": list(ops), "reductions": sorted(set(reductions)),
              "inputs": [[list(x.shape), list(x.stride()), str(x.dtype).removeprefix("torch.")] for x in inputs],
              "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
              "candidates": [dataclasses.asdict(c) for c in candidates], "outcomes": list(outcomes),
