@@ -209,6 +209,22 @@ def test_an_input_the_region_transposes_to_nhwc_has_its_strided_variant_compiled
     assert _typed(recorders[queued[1].source].warmups[0][1])[0] == ((4, 8, 6, 6), torch.float32, (288, 1, 48, 8), 0)
 
 
+def test_no_strided_variant_where_channels_last_storage_is_contiguous_anyway(recorders: dict[str, Recorder],
+                                                                             tmp_path: Path) -> None:
+    """After a global pooling (H = W = 1) a channels-last tensor is contiguous: its launch takes the kernel's own
+    variant, so none other is compiled for it."""
+    g = og.Graph()
+    x = g.placeholder((4, 8, 1, 1), og.float32)
+    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
+    assert precompile.nhwc_stored_inputs(kernel) == {0}
+    assert precompile.precompile(kernel, torch.device("cpu")) == [kernel]
+    _settle()
+    assert torch.randn(4, 8, 1, 1).contiguous(memory_format=torch.channels_last).is_contiguous()
+    assert not kernel._strided
+
+
 def test_a_tuner_takes_its_candidates_ahead_of_the_queued_background_work(recorders: dict[str, Recorder],
                                                                           tmp_path: Path) -> None:
     gate = threading.Event()
