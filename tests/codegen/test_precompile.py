@@ -184,17 +184,23 @@ def test_compiles_ahead_of_strided_inputs_are_the_launchs_own(recorders: dict[st
     assert _typed(args)[0] == ((96, 64), torch.float32, (1, 97), 4)
 
 
+def _relu_of_nhwc(shape: tuple[int, int, int, int], folder: Path) -> RegionKernel:
+    """The kernel of relu(transpose(x, NCHW -> NHWC)) for an NCHW ``x`` of ``shape``: input 0 is one it transposes."""
+    g = og.Graph()
+    x = g.placeholder(shape, og.float32)
+    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], cache_dir=folder)
+    assert precompile.nhwc_stored_inputs(kernel) == {0}
+    return kernel
+
+
 def test_an_input_the_region_transposes_to_nhwc_has_its_strided_variant_compiled_too(recorders: dict[str, Recorder],
                                                                                        tmp_path: Path) -> None:
     """A region that transposes an NCHW input to NHWC (how the layout pass leaves one that is stored NHWC): the
     background compiles include the strided variant for a channels-last stand-in, the one a channels-last launch
     takes, with the launch's own arguments; a contiguous launch still finds the contiguous kernel compiled."""
-    g = og.Graph()
-    x = g.placeholder((4, 8, 6, 6), og.float32)
-    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
-    ops, ins = region_of([y])
-    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
-    assert precompile.nhwc_stored_inputs(kernel) == {0}
+    kernel = _relu_of_nhwc((4, 8, 6, 6), tmp_path)
     queued = precompile.precompile(kernel, torch.device("cpu"))
     _settle()
     assert len(queued) == 2 and queued[0] is kernel and queued[1] in kernel._strided.values()
@@ -213,12 +219,7 @@ def test_no_strided_variant_where_channels_last_storage_is_contiguous_anyway(rec
                                                                              tmp_path: Path) -> None:
     """After a global pooling (H = W = 1) a channels-last tensor is contiguous: its launch takes the kernel's own
     variant, so none other is compiled for it."""
-    g = og.Graph()
-    x = g.placeholder((4, 8, 1, 1), og.float32)
-    y = g.relu(g.transpose(x, (0, 2, 3, 1)))
-    ops, ins = region_of([y])
-    kernel = region_kernel(ops, ins, [y], cache_dir=tmp_path)
-    assert precompile.nhwc_stored_inputs(kernel) == {0}
+    kernel = _relu_of_nhwc((4, 8, 1, 1), tmp_path)
     assert precompile.precompile(kernel, torch.device("cpu")) == [kernel]
     _settle()
     assert torch.randn(4, 8, 1, 1).contiguous(memory_format=torch.channels_last).is_contiguous()
