@@ -21,3 +21,11 @@ def test_readme_commands_match_ci() -> None:
     text = README.read_text()
     assert 'pip install -e ".[test]" && pytest' in text and 'pip install -e ".[test]" && pytest' in ci
     assert "pip install -e . && opgraph demo" in text
+
+
+def test_readme_lists_every_environment_switch() -> None:
+    """Each ``OPGRAPH_*`` variable the package reads has a row in the README's table of switches."""
+    src = README.parent / "src" / "opgraph"
+    read = {m for path in src.rglob("*.py") for m in re.findall(r"\bOPGRAPH_[A-Z_]+\b", path.read_text())}
+    rows = set(re.findall(r"^\| `(OPGRAPH_[A-Z_]+)` \|", README.read_text(), re.M))
+    assert read and read == rows, (sorted(read - rows), sorted(rows - read))
