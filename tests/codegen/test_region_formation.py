@@ -353,3 +353,32 @@ def test_gradient_graphs_fuse() -> None:
     xs = [torch.randn(4, 8, generator=gen), torch.randn(8, generator=gen), torch.randn(8, generator=gen)]
     for got, want in zip(fused.run(xs), plain.run(xs), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_can_fuse_answers_a_repeated_op_from_its_structure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model repeats its layers' ops: ``can_fuse`` writes an op's kernel once per structure (definition,
+    attributes, types, which inputs coincide, launch configuration) and answers the same op in another graph from
+    that. Ops differing in any of those are written again, and the answers match writing each afresh."""
+    from opgraph.codegen.triton import fused
+    from opgraph.codegen.triton.region import RegionEmitter
+
+    written: list[object] = []
+    real = RegionEmitter.source
+    monkeypatch.setattr(RegionEmitter, "source", lambda self: written.append(self) or real(self))
+    monkeypatch.setattr(fused, "_WRITABLE", {})
+
+    def op_of(build: object, shape: tuple[int, ...] = (8, 16), dtype: object = og.float32) -> object:
+        g = og.Graph()
+        x = g.placeholder(shape, dtype)
+        return build(g, x).op  # type: ignore[operator]
+
+    square = lambda g, x: g.multiply(x, x)  # noqa: E731  (one input read twice)
+    times = lambda g, x: g.multiply(x, g.placeholder((8, 16), og.float32))  # noqa: E731
+    ops = [op_of(square), op_of(square), op_of(times), op_of(square, (8, 32)), op_of(square, dtype=og.bfloat16),
+           op_of(lambda g, x: g.reduce_sum(x, [1])), op_of(lambda g, x: g.reduce_sum(x, [1]))]
+    answers = [can_fuse(op) for op in ops]  # type: ignore[arg-type]
+    assert answers == [True] * len(ops)
+    assert len(written) == 5  # the second square and the second sum were answered from the first
+    fused._WRITABLE.clear()
+    assert [fused._emits(RegionEmitter([op], [t for t in dict.fromkeys(op.inputs)], list(op.outputs)))  # type: ignore[attr-defined]
+            for op in ops] == answers

@@ -19,10 +19,14 @@ from .kernel import region_kernel
 from .reductions import REDUCTIONS
 from .region import RegionEmitter
 
+_WRITABLE: dict[Any, bool] = {}  # can_fuse's answers by the op's structure: a model repeats its layers' ops
+
 
 def can_fuse(op: Operation) -> bool:
     """An op the generator can write: elementwise with an expression, injective with an index rule, or a
-    reduction with a recipe, at dtypes the generator handles."""
+    reduction with a recipe, at dtypes the generator handles. Whether its kernel can be written depends on the
+    op's definition, attributes and types (and which inputs are the same value) and on the launch configuration
+    the emitter picks, so the answer is kept by those."""
     kind = op.op.fusion
     if any(d == 0 for t in (*op.inputs, *op.outputs) for d in t.shape):
         return False  # empty values: no work for a kernel to do
@@ -34,8 +38,21 @@ def can_fuse(op: Operation) -> bool:
             return False
     elif kind is not FusionKind.REDUCTION or op.op not in REDUCTIONS:
         return False
-    ins = {id(t): t for t in op.inputs if op.op.reads_values or kind is not FusionKind.ELEMENTWISE}
-    return can_emit([op], list(ins.values()), list(op.outputs))
+    ins = list({id(t): t for t in op.inputs if op.op.reads_values or kind is not FusionKind.ELEMENTWISE}.values())
+    try:
+        em = RegionEmitter([op], ins, list(op.outputs))
+    except (NotExpressible, GraphError):
+        return False
+    first = {id(t): k for k, t in reversed(list(enumerate(op.inputs)))}
+    key = (op.op, op.attrs, tuple((t.type, first[id(t)]) for t in op.inputs), tuple(t.type for t in op.outputs),
+           em.config)
+    try:
+        known = _WRITABLE.get(key)
+    except TypeError:  # attributes that do not hash
+        return _emits(em)
+    if known is None:
+        known = _WRITABLE[key] = _emits(em)
+    return known
 
 
 def reduced_axes(op: Operation) -> tuple[int, ...]:
@@ -44,7 +61,14 @@ def reduced_axes(op: Operation) -> tuple[int, ...]:
 
 def can_emit(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> bool:
     try:
-        RegionEmitter(ops, inputs, outputs).source()
+        return _emits(RegionEmitter(ops, inputs, outputs))
+    except (NotExpressible, GraphError):
+        return False
+
+
+def _emits(em: RegionEmitter) -> bool:
+    try:
+        em.source()
     except (NotExpressible, GraphError):
         return False
     return True
