@@ -96,6 +96,7 @@ def count_launches() -> collections.Counter[str]:
     """Counts of the generated kernels' outermost launches, by whether every input is contiguous (a tuner's
     candidates, launched inside, are not counted; the compile threads launch nothing)."""
     from opgraph.codegen.triton import precompile
+    from opgraph.codegen.triton.compile_worker import contiguous_strides
     from opgraph.codegen.triton.kernel import RegionKernel
 
     counts: collections.Counter[str] = collections.Counter()
@@ -110,8 +111,8 @@ def count_launches() -> collections.Counter[str]:
             counts["strided"] += 1
             nhwc = precompile.nhwc_stored_inputs(self) if self.strided is not None else set()
             counts["strided, foreseen"] += bool(nhwc) and all(  # the strides precompile gives its stand-ins
-                _same_strides(x, precompile._channels_last(tuple(x.shape)) if i in nhwc else
-                              precompile._contiguous(tuple(x.shape))) for i, x in enumerate(inputs))
+                _same_strides(x, precompile.channels_last_strides(tuple(x.shape)) if i in nhwc else
+                              contiguous_strides(tuple(x.shape))) for i, x in enumerate(inputs))
         depth.n = getattr(depth, "n", 0) + 1
         try:
             return real(self, *inputs, **kwargs)

@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated: bfloat16, float16, float32")
     p.add_argument("--batch-tokens", type=int, default=8192, help="rows of the layer's input (batch x tokens)")
     p.add_argument("--hidden", type=int, default=768, help="the model's width")
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20, help="calls timed together, each repeat")
+    p.add_argument("--repeats", type=int, default=5, help="repeats per column, interleaved (the median is shown)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device: padding is decided for cuBLAS")

@@ -42,6 +42,10 @@ def test_unevenly_strided_rows_and_other_dtypes_keep_the_fallback() -> None:
     assert not pad_kernel.use_kernel(torch.ones(4, 5), 0, 3)  # on the CPU only under the interpreter
     with pytest.raises(ValueError, match="evenly strided"):
         pad_kernel.pad_last_axis(x, 0, 3)
+    from opgraph.core.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"shape \(6, 4, 5\) with strides \(5, 30, 1\)"):  # an og.OpgraphError
+        pad_kernel.pad_last_axis(x, 0, 3)
 
 
 @pytest.mark.parametrize("mode", [og.PaddingMode.ZERO, og.PaddingMode.CONSTANT])

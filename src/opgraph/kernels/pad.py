@@ -6,7 +6,8 @@ aligned when the padding makes them so, and the copy kernel cannot use vector ac
 misaligned GEMMs (``passes.pad_matmul``) pads a language model's output-layer gradient this way: for 8192 x 30522
 in bfloat16 the padded input-gradient product took 1.108 ms against 0.491 ms for its GEMM on operands padded
 beforehand, about 0.6 ms of pads where Inductor's took about 0.27 ms (RESULTS.md, sixteenth session). This kernel
-writes each output row in blocks, reading ``x`` with a mask.
+writes each output row in blocks, reading ``x`` with a mask: that pad (8192 x 30522 -> 30528, bfloat16) takes it
+0.273 ms, against 0.580 ms for the fallback and 0.242 ms for Inductor's (seventeenth session).
 
 Used by the ``pad`` op's lowering for constant padding of the last axis alone of floating-point tensors whose
 rows are evenly strided with contiguous elements, on CUDA or under Triton's interpreter when the compilation asks
@@ -23,6 +24,8 @@ import os
 from typing import Any
 
 import torch
+
+from ..core.errors import ShapeError
 
 ENABLED = os.environ.get("OPGRAPH_PAD_KERNEL", "1") != "0"
 BLOCK = 1024  # output elements a program: 8 a thread with 4 warps
@@ -80,7 +83,8 @@ def pad_last_axis(x: torch.Tensor, left: int, right: int, value: float = 0.0) ->
     """
     stride = _rows_stride(x)
     if stride is None:
-        raise ValueError("pad_last_axis: rows of x must be evenly strided with contiguous elements")
+        raise ShapeError(f"pad_last_axis: the rows of x must be evenly strided with contiguous elements; got shape "
+                         f"{tuple(x.shape)} with strides {x.stride()}")
     cols = x.shape[-1]
     out = torch.empty((*x.shape[:-1], cols + left + right), dtype=x.dtype, device=x.device)
     rows = out.numel() // out.shape[-1] if out.numel() else 0

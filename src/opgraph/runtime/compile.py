@@ -69,7 +69,8 @@ class CompilationDescriptor:
     kernels were compiled without FMA contraction; ``benchmarks/RESULTS.md``); ``False``: none.
     ``pad_matmuls``: GEMMs whose leading dimensions are not multiples of 16 bytes (a language model's vocabulary)
     run on zero-padded operands (``passes.pad_matmul``). ``None`` (default): on CUDA, the large ones that a probe
-    times faster padded (BERT-base's output layer in bfloat16 on an H200: RESULTS.md, sixteenth session);
+    times faster padded (BERT-base's and GPT-2's output layers in bfloat16 and float32 on an H200, 1.6-7.5x
+    faster: RESULTS.md, sixteenth and seventeenth sessions);
     ``True``: every eligible one, on any device; ``False``: none (nor at ``optimization_level=0``).
     ``profile_ops``: each op's call runs inside a ``torch.profiler.record_function`` named ``"<op> %<name>"``, so
     a profile shows which graph op launched each PyTorch op and kernel (``benchmarks/profile_backend.py

@@ -57,7 +57,7 @@ def stand_in(shape: tuple[int, ...], dtype: Any, device: Any, misalignment: int 
     ``misalignment`` bytes past a multiple of 16 (0: aligned, as PyTorch's allocations are)."""
     from triton.runtime.jit import MockTensor
 
-    steps = strides if strides is not None else tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+    steps = strides if strides is not None else contiguous_strides(shape)
 
     class Contiguous(MockTensor):
         def stride(self, dim: int | None = None) -> Any:
@@ -69,6 +69,10 @@ def stand_in(shape: tuple[int, ...], dtype: Any, device: Any, misalignment: int 
     t = Contiguous(dtype, list(shape))
     t.shape, t.device = tuple(shape), device
     return t
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
 
 
 def describe(arg: Any) -> Any:
@@ -151,9 +155,9 @@ def run(job: Job, loaded: dict[str, Any]) -> None:
 
 def build_launcher(compiled: Any) -> None:
     """Build the C launcher of a compiled kernel ahead of its first launch, where this Triton builds one per
-    signature (3.6: a C compiler run of about 0.2 s, 35 of them on ResNet-50's first step's main thread, RESULTS.md
-    seventeenth session); it is cached on disk, so the launch loads it. Best effort: nothing where Triton has no
-    such step."""
+    signature (3.6: a C compiler run; ResNet-50's first step built 35 of them on its main thread, 7.1 s under the
+    profiler, RESULTS.md seventeenth session); it is cached on disk, so the launch loads it. Best effort: nothing
+    where Triton has no such step."""
     try:
         from triton.runtime import driver
 

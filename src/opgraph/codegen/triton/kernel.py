@@ -40,6 +40,8 @@ DEFAULT_BLOCK = 1024
 TUNE_MIN_ELEMENTS = 1 << 20  # smaller kernels keep the heuristic configuration
 SLOW_CANDIDATE = 2.0  # a candidate whose one launch takes this many times the best's per launch is not timed further
 SLOW_CANDIDATE_MIN_MS = 0.05  # ... and at least this long: below it one launch's timing is too coarse to judge by
+# the user set Triton's FMA-contraction default (read once: _arguments runs at every launch)
+_USER_FP_FUSION_DEFAULT = "TRITON_DEFAULT_FP_FUSION" in os.environ
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -320,7 +322,7 @@ class RegionKernel:
         if cfg.split > 1:
             extra = workspace if workspace is not None else self._workspace(launch.grid[0] // cfg.split, dev)
         options: dict[str, Any] = dict(num_warps=cfg.num_warps, **blocks)
-        if dev.type == "cuda" and (cfg.split > 1 or "TRITON_DEFAULT_FP_FUSION" not in os.environ):
+        if dev.type == "cuda" and (cfg.split > 1 or not _USER_FP_FUSION_DEFAULT):
             # no FMA contraction where split programs meet: with it, float32 batch norms with split column sums gave
             # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session);
             # elsewhere on, said outright unless the user set Triton's default (which 3.10 turns off)

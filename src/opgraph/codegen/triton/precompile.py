@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import compile_worker
-from .compile_worker import stand_in
+from .compile_worker import contiguous_strides, stand_in
 
 if TYPE_CHECKING:
     from .kernel import RegionKernel
@@ -142,8 +142,8 @@ def _channels_last_variant(kernel: RegionKernel, shapes: list[tuple[int, ...]], 
                            nhwc: set[int], device: torch.device) -> tuple[RegionKernel, list[Any]]:
     """The strided variant a launch with inputs ``nhwc`` stored channels-last takes, and stand-ins of those inputs;
     raises where such inputs would be contiguous after all (H = W = 1, or C = 1: the kernel's own variant runs)."""
-    strides = [_channels_last(s) if i in nhwc else None for i, s in enumerate(shapes)]
-    metas = [torch.empty_strided(s, st or _contiguous(s), dtype=dt, device="meta")
+    strides = [channels_last_strides(s) if i in nhwc else None for i, s in enumerate(shapes)]
+    metas = [torch.empty_strided(s, st or contiguous_strides(s), dtype=dt, device="meta")
              for s, st, dt in zip(shapes, strides, dtypes, strict=True)]
     if all(m.is_contiguous() for m in metas):
         raise ValueError("channels-last and contiguous alike: no strided launch")
@@ -173,11 +173,8 @@ def _to_compile(kernel: RegionKernel, ins: list[Any]) -> list[RegionKernel]:
     return [k for k in candidates if k.config == remembered] or candidates
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
-
-
-def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
+def channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of an NCHW tensor of ``shape`` stored channels-last (NHWC)."""
     n, c, h, w = shape
     return (h * w * c, 1, w * c, c)
 
@@ -444,5 +441,5 @@ def _work() -> None:
             _THREAD.future = None
 
 
-__all__ = ["STATS", "compile_ahead", "enabled", "precompile", "processes_enabled", "stand_in", "start_workers",
-           "stop_workers", "timeout_s", "wait_for"]
+__all__ = ["STATS", "channels_last_strides", "compile_ahead", "enabled", "precompile", "processes_enabled",
+           "stand_in", "start_workers", "stop_workers", "timeout_s", "wait_for"]
