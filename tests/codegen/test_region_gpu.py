@@ -190,6 +190,28 @@ def test_libdevice_transcendentals_match_torch(name: str) -> None:
     torch.testing.assert_close(exe.run([v])[0], reference(v) * 2.0, rtol=2e-6, atol=1e-6)
 
 
+def test_bfloat16_tanh_stays_within_a_rounding_step_of_torchs() -> None:
+    """bfloat16 tanh runs the hardware approximation (``tanh.approx.f32``, 2^-11): every bfloat16 in [-12, 12] and
+    the special values come out within one bfloat16 step of PyTorch's (float32 tanh, rounded), most of them equal."""
+    bits = torch.arange(0, 1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    v = bits[bits.float().abs() <= 12].cuda()
+    v = torch.cat([v, torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0], dtype=torch.bfloat16,
+                                   device="cuda")])
+    g = og.Graph()
+    x = g.placeholder((v.numel(),), og.bfloat16)
+    y = g.tanh(x * 1.0) + 0.0  # computing ops around it: one fused kernel
+    exe = g.compile({x: x.type}, [y], device="cuda", descriptor=FUSED)
+    (kernel,) = [k for k in exe.kernels() if k.op == "fused_region"]
+    assert kernel.source is not None and "og_tanh_bf16" in kernel.source
+    got, want = exe.run([v])[0].float(), torch.tanh(v.float()).bfloat16().float()
+    assert torch.equal(got.isnan(), want.isnan())
+    finite = ~want.isnan()
+    step = torch.maximum(want.abs(), torch.tensor(2.0 ** -126, device="cuda")) * 2.0 ** -7
+    assert bool(((got - want).abs()[finite] <= step[finite]).all())
+    assert (got[finite] == want[finite]).float().mean().item() > 0.95
+    assert got[-4:-1].tolist()[:2] == [1.0, -1.0]
+
+
 def test_float32_division_is_ieee_rounded_as_torchs() -> None:
     """Generated float32 division rounds as PyTorch's (IEEE ``div.rn``), not Triton's ``div.full.f32`` (up to 2 ulp
     off: 4.6875 / 0.9375 gave one ulp above 5): every quotient bit for bit, and a mean's sum / count too."""

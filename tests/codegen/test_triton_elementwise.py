@@ -16,9 +16,10 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 import opgraph as og  # noqa: E402
-from opgraph.codegen.triton.expr import EXPRESSIONS, NotExpressible, exact_div  # noqa: E402
+from opgraph.codegen.triton.expr import EXPRESSIONS, ExprContext, NotExpressible, exact_div  # noqa: E402
 from opgraph.codegen.triton.kernel import elementwise_kernel, emit_elementwise, region_of  # noqa: E402
 from opgraph.core.dtype import as_dtype  # noqa: E402
+from opgraph.core.types import TensorType  # noqa: E402
 from opgraph.ir.graph import Tensor  # noqa: E402
 from opgraph.ir.opdef import OpDef  # noqa: E402
 from opgraph.ops import activation as act  # noqa: E402
@@ -147,6 +148,14 @@ def _valid_dtypes(case: Case) -> list[og.DType]:
 def test_every_op_of_the_table_has_a_case() -> None:
     covered = {c.op for c in CASES} | {ew.CAST, norm.NORMALIZE}
     assert set(EXPRESSIONS) <= covered
+
+
+@pytest.mark.parametrize("dt", [og.float32, og.float16, og.bfloat16])
+def test_tanh_takes_the_hardware_approximation_for_bfloat16_only(dt: og.DType) -> None:
+    """bfloat16 rounds away the approximation's error; float16 and float32 would not (GPU check: test_region_gpu)."""
+    t = TensorType((8,), dt)
+    text = EXPRESSIONS[un.TANH](["v"], ExprContext(None, (t,), (t,)))
+    assert text == ("og_tanh_bf16(v)" if dt is og.bfloat16 else "og_tanh(v)")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

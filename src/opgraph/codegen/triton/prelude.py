@@ -213,3 +213,13 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # compiled for a GPU: libdevice's
     for _name in ("tanh", "expm1", "log1p", "sinh", "cosh", "atan", "atan2", "asin", "acos", "asinh", "acosh",
                   "atanh"):
         globals()[f"og_{_name}"] = getattr(libdevice, _name)
+
+    @triton.jit
+    def og_tanh_bf16(x):
+        # tanh.approx.f32 (sm_75+; bfloat16 kernels need sm_80): one special-function instruction, relative error
+        # 2^-11, under bfloat16's rounding error (2^-9 to 2^-8). libdevice's tanh made the bfloat16 chains
+        # math-bound (RESULTS.md, eighteenth session).
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+else:
+    og_tanh_bf16 = og_tanh  # the interpreter runs no PTX: the exact formula
