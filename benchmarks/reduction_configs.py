@@ -7,7 +7,7 @@ registers (persistent, widths up to ``PERSISTENT_MAX``), walked in steps (looped
 that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps; held in registers or walked in steps).
 Times are device time with a cold L2, measured as fusion.py measures them; ``of copy`` = bytes read + written /
 time / copy bandwidth. The first configuration's result is the reference: every other must agree within 1e-3
-(relative to the largest value).
+(float32) or one bfloat16 rounding step, 2^-7 (relative to the largest value).
 
     python benchmarks/reduction_configs.py                                 # 262144-wide rows, softmax/norms
     python benchmarks/reduction_configs.py --ops softmax --dtypes bfloat16 --widths 32768,262144
@@ -25,7 +25,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
-from opgraph.codegen.triton.configs import PERSISTENT_MAX, Config
+from opgraph.codegen.triton.configs import PERSISTENT_MAX, Config, multiprocessors
 from opgraph.codegen.triton.expr import NotExpressible
 from opgraph.codegen.triton.kernel import region_kernel, region_of
 
@@ -38,10 +38,16 @@ _spec.loader.exec_module(fusion)
 
 def configs(width: int, chunks: list[int]) -> list[Config]:
     out = [Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)]
+    out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w) for step in (1024, 2048, 4096)
+            for w in (4, 8, 16) if (step, w) != (4096, 16) and 2 <= step // (32 * w) <= 32]
     if width <= PERSISTENT_MAX:
         rblock = 1 << (width - 1).bit_length()
         out += [Config(reduction=True, xblock=1, rblock=rblock, num_warps=w) for w in (4, 8, 16, 32)
                 if 4 <= rblock // (32 * w) <= 64]
+        sms = multiprocessors()  # a grid of one or two programs a multiprocessor, loads of next rows pipelined
+        out += [Config(reduction=True, xblock=1, rblock=rblock, num_warps=w, programs=per * sms, stages=stages)
+                for w in (8, 16, 32) for stages in (3, 4) for per in (1, 2)
+                if sms and 1 <= rblock // (32 * w) <= 64]
     for chunk in chunks:
         split = -(-width // chunk)
         if split < 2 or split & (split - 1):
@@ -65,7 +71,8 @@ def describe(c: Config) -> str:
     if c.split > 1 and c.looped:
         return f"split {c.split}, looped in steps of {c.rblock}, {c.num_warps} warps"
     kind = "looped" if c.looped else f"split {c.split}" if c.split > 1 else "persistent"
-    return f"{kind}, {c.rblock} a program, {c.num_warps} warps"
+    grid = f", a grid of {c.programs} ({c.stages} stages)" if c.programs else ""
+    return f"{kind}, {c.rblock} a program, {c.num_warps} warps{grid}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,18 +119,24 @@ def main(argv: list[str] | None = None) -> int:
                     except NotExpressible as e:  # a row split into more parts than multiprocessors
                         print(f"  {op} {dtype} {width}: {describe(c)}: skipped ({e})", file=sys.stderr, flush=True)
                         continue
-                    out = kernel(*feed)[0].float()
+                    try:
+                        out = kernel(*feed)[0].float()
+                    except Exception as e:  # noqa: BLE001 -- Triton's OutOfResources: a pipelined grid's buffers
+                        print(f"  {op} {dtype} {width}: {describe(c)}: skipped ({type(e).__name__})",
+                              file=sys.stderr, flush=True)
+                        continue
                     reference = out if reference is None else reference
                     err = float((out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
                     ms = fusion.measure({"k": lambda k=kernel, f=feed: k(*f)}, dev, 2, args.repeats)["k"]
                     results.append((sorted(ms)[len(ms) // 2], c, err))
                     print(f"  {op} {dtype} {width}: {describe(c)}", file=sys.stderr, flush=True)
-                nbytes = 2 * rows * width * tt.itemsize
+                moved = 2 * rows * width * tt.itemsize
                 results.sort(key=lambda r: r[0])
-                shown = results[:args.top] + [r for r in results[args.top:] if r[2] > 1e-3]  # and every failure
-                failed = failed or any(err > 1e-3 for _, _, err in results)
-                table: list[list[Any]] = [[describe(c), f"{ms:.3f}", f"{nbytes / ms / 1e6 / copy:.2f}",
-                                           f"{err:.1e}", "ok" if err <= 1e-3 else "FAIL"]
+                limit = 1e-3 if dtype == "float32" else 2.0 ** -7  # bfloat16: last bits round either way
+                shown = results[:args.top] + [r for r in results[args.top:] if r[2] > limit]  # and every failure
+                failed = failed or any(err > limit for _, _, err in results)
+                table: list[list[Any]] = [[describe(c), f"{ms:.3f}", f"{moved / ms / 1e6 / copy:.2f}",
+                                           f"{err:.1e}", "ok" if err <= limit else "FAIL"]
                                           for ms, c, err in shown]
                 print(f"\n== {op} {dtype} {rows}x{width}")
                 print(format_table(["configuration", "ms", "of copy", "max rel. diff", "check"], table))

@@ -22,6 +22,7 @@ arguments, resolved at launch from the input shapes.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -321,9 +322,10 @@ class RegionEmitter:
                 terms.append(ix.mul(e, name))
             offset = " + ".join(terms) if terms else "0"
         r_dep = self.depends_on_r(offset)
+        hint = self._eviction_mark(i, self.depends_on_x(offset))
         mask = self.scope.mask if (r_dep or not self.config.reduction) else "xmask"
         offset = self._fit(offset, r_dep and self.config.reduction)
-        load = f"tl.load(in{i} + {offset}, mask={mask})"
+        load = f"tl.load(in{i} + {offset}, mask={mask}{hint})"
         reg = compute_type(t.dtype)
         if reg != storage_type(t.dtype):
             load = f"{load}.to({reg})"
@@ -337,6 +339,17 @@ class RegionEmitter:
             self.rdep.add(name)
         self.xdep.add(name)
         return name
+
+    def _eviction_mark(self, i: int, by_row: bool) -> str:
+        """A mark that ``source`` turns into an L2 eviction hint (``resolve_eviction``), in row reductions only:
+        the ones that read a row more than once (walked in steps, or held in chunks of a split row) and the ones
+        that read a row-invariant input (a norm's weight) for every row."""
+        cfg = self.config
+        if not cfg.reduction or self.inner_axis not in self.raxes:
+            return ""
+        if by_row and not (cfg.looped or cfg.split > 1):
+            return ""
+        return f"{EVICT_MARK}{i}{'r' if by_row else 'c'}{EVICT_MARK}"
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
         """The offset of ``index`` in a contiguous ``t``: a known flat position (no div/mod to undo), else the
@@ -750,7 +763,7 @@ class RegionEmitter:
                 for g in range(self.barriers):
                     self.emit(f"    tl.atomic_xchg(cnt + row * {MAX_BARRIERS + 1} + {g}, 0)")
                 self.emit(f"    tl.atomic_xchg({done}, 0)")
-        body = self.top.lines
+        body = resolve_eviction(self.top.lines)
         if looping:  # a grid of ``programs`` walks the tiles; tl.range pipelines the next tile's loads
             per = "BLOCK" if not cfg.reduction else "XBLOCK"
             extent = numel if not cfg.reduction else ix.product([self.dsize(k) for k in self.xaxes])
@@ -788,6 +801,40 @@ class RegionEmitter:
         """The row index of a reduction's (non-full) output."""
         row = self._row_index()
         return tuple(row[k] if k in self.xaxes else "0" for k in self._row_dims(op, op.outputs[0].rank))
+
+
+EVICT_MARK = "@@evict@@"
+_EVICT = re.compile(f"{EVICT_MARK}(\\d+)([rc]){EVICT_MARK}")
+
+
+def resolve_eviction(lines: Sequence[str]) -> list[str]:
+    """The eviction marks of ``_eviction_mark`` as hints, like Inductor's: a load of an input that a later line
+    reads again keeps its lines in L2 (``evict_last``: the next walk of the row finds them there), and so does a
+    row-invariant input's; the last walk's loads of such a row go first (``evict_first``), leaving L2 to the
+    others. A row read once keeps the default.
+    Without them the second walk of a 32k-element bfloat16 row missed L2 (RESULTS.md, eighteenth session)."""
+    text = "\n".join(lines)
+    marks = list(_EVICT.finditer(text))
+    if not marks:
+        return list(lines)
+    walked = {i for i in {m.group(1) for m in marks if m.group(2) == "r"}
+              if sum(m.group(1) == i and m.group(2) == "r" for m in marks) > 1}  # rows read more than once
+    later_rows: set[str] = set()
+    policy: list[str] = [""] * len(marks)
+    for n in range(len(marks) - 1, -1, -1):  # from the last: which inputs a later walk still reads by row
+        i, kind = marks[n].group(1), marks[n].group(2)
+        if kind == "c" or i in later_rows:
+            policy[n] = ', eviction_policy="evict_last"'
+        elif i in walked:  # the last walk of a row read before (a row read once keeps the default)
+            policy[n] = ', eviction_policy="evict_first"'
+        if kind == "r":
+            later_rows.add(i)
+    out, last = [], 0
+    for m, hint in zip(marks, policy, strict=True):
+        out.append(text[last:m.start()] + hint)
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out).split("\n")
 
 
 __all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]

@@ -1,0 +1,79 @@
+"""L2 eviction hints of row reductions (``region.resolve_eviction``): a row walked more than once is kept in L2
+until its last walk, which lets it go first; a row-invariant input (a norm's weight) stays; a row read once, a
+column reduction and a flat kernel keep the default. The kernels still match the unfused graph (interpreter)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.kernel import region_kernel, region_of  # noqa: E402
+from opgraph.codegen.triton.region import Config, resolve_eviction  # noqa: E402
+
+LOAD = re.compile(r"tl\.load\((in\d+) \+ ([^,]*), mask=[^,)]*(?:, eviction_policy=\"(\w+)\")?\)")
+
+
+def _layer_norm(width: int) -> tuple[og.Graph, og.Tensor, list[og.Tensor]]:
+    g = og.Graph()
+    x = g.placeholder((6, width), og.float32)
+    w, b = g.placeholder((width,), og.float32), g.placeholder((width,), og.float32)
+    return g, g.layer_norm(x, -1, w, b, 1e-5), [x, w, b]
+
+
+def _hints(config: Config, width: int = 256) -> list[tuple[str, str | None]]:
+    _, y, _ = _layer_norm(width)
+    ops, ins = region_of([y])
+    source = region_kernel(ops, ins, [y], config=config).source
+    assert source is not None and "@@" not in source
+    return [(m.group(1), m.group(3)) for m in LOAD.finditer(source)]
+
+
+def test_a_row_walked_twice_stays_in_l2_until_its_last_walk() -> None:
+    hints = _hints(Config(reduction=True, xblock=1, rblock=64, looped=True, num_warps=4))
+    row = [h for i, h in hints if i == "in0"]
+    assert row[:-1] == ["evict_last"] * (len(row) - 1) and row[-1] == "evict_first" and len(row) >= 2
+    assert {h for i, h in hints if i in ("in1", "in2")} == {"evict_last"}
+
+
+def test_a_row_read_once_keeps_the_default_and_weights_stay() -> None:
+    hints = _hints(Config(reduction=True, xblock=1, rblock=256, num_warps=4))
+    assert [h for i, h in hints if i == "in0"] == [None]
+    assert {h for i, h in hints if i != "in0"} == {"evict_last"}
+
+
+def test_flat_kernels_and_column_reductions_have_no_hints() -> None:
+    g = og.Graph()
+    x = g.placeholder((64, 32), og.float32)
+    for y in (g.exp(x) * 2.0, g.reduce_sum(g.exp(x), [0])):
+        ops, ins = region_of([y])
+        source = region_kernel(ops, ins, [y]).source
+        assert source is not None and "eviction_policy" not in source and "@@" not in source
+
+
+def test_resolve_eviction_reads_the_marks_in_order() -> None:
+    mark = "@@evict@@"
+    lines = [f"a = tl.load(in0 + o, mask=m{mark}0r{mark})", f"b = tl.load(in1 + r, mask=m{mark}1c{mark})",
+             f"c = tl.load(in0 + o, mask=m{mark}0r{mark})", f"d = tl.load(in2 + o, mask=m{mark}2r{mark})"]
+    assert resolve_eviction(lines) == [
+        'a = tl.load(in0 + o, mask=m, eviction_policy="evict_last")',
+        'b = tl.load(in1 + r, mask=m, eviction_policy="evict_last")',
+        'c = tl.load(in0 + o, mask=m, eviction_policy="evict_first")',
+        "d = tl.load(in2 + o, mask=m)"]
+
+
+def test_hinted_looped_kernel_matches_torch() -> None:
+    g, y, (x, w, b) = _layer_norm(1000)
+    gen = torch.Generator().manual_seed(0)
+    xs, ws, bs = torch.randn(6, 1000, generator=gen), torch.randn(1000, generator=gen), torch.randn(1000, generator=gen)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=128, looped=True,
+                                                          num_warps=4))
+    assert kernel.source is not None and "evict_first" in kernel.source
+    feed = {id(x): xs, id(w): ws, id(b): bs}
+    got = kernel(*[feed[id(t)] for t in ins])[0]
+    torch.testing.assert_close(got, torch.nn.functional.layer_norm(xs, (1000,), ws, bs, 1e-5), rtol=1e-5, atol=1e-5)
