@@ -9,6 +9,8 @@ second session measured. Here the grid is only as large as the GPU holds at once
 (count, mean, centred sum of squares), rms_norm the sum of squares, and each program rescales what it holds. The
 ``--modes``: ``plain`` (load, reduce, meet, store), ``prefetch`` (the next row's loads issued before the meeting)
 and ``pipelined`` (the next row loaded, reduced and counted in before waiting for this row's meeting).
+``cluster`` launches each group as a Hopper thread-block cluster whose parts meet at the cluster's hardware
+barrier (partials still exchanged through L2), and ``cluster-rows`` launches a cluster per row instead of walking.
 ``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
 session found 0.73 of copy with the barrier and 0.85-0.87 without.
 
@@ -16,11 +18,13 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
     python benchmarks/long_rows.py --ops softmax --no-barrier    # also each kernel without its barrier
     python benchmarks/long_rows.py --ops softmax --modes plain,pipelined --backoff
+    python benchmarks/long_rows.py --modes plain,cluster,cluster-rows --splits 8,16 --per-sm 1,2
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -180,7 +184,66 @@ if triton is not None:
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
-MODES = ("plain", "prefetch", "pipelined")  # how a program walks its rows (the kernels' docstrings)
+    if os.environ.get("TRITON_INTERPRET") == "1":  # no PTX there; the CPU test runs clusters of one program
+        @triton.jit
+        def _cluster_sync(token):  # type: ignore[no-untyped-def]
+            return token
+    else:
+        @triton.jit
+        def _cluster_sync(token):  # type: ignore[no-untyped-def]
+            """Every program of the thread-block cluster arrives (releasing its writes) and waits (acquiring
+            theirs): the hardware barrier of Hopper's clusters. Returns ``token`` through the asm, so what depends
+            on it cannot be moved above the barrier."""
+            return tl.inline_asm_elementwise("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
+                                             "\n\tmov.u32 $0, $1;", "=r,r", [token], dtype=tl.int32,
+                                             is_pure=False, pack=1)
+
+    @triton.jit
+    def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
+                           eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
+                           BACKOFF: tl.constexpr):
+        """Launched as clusters of ``SPLIT`` programs (a group each): a row's parts meet at the cluster's hardware
+        barrier instead of a counter in memory, exchanging partials through two slots in L2 (a part writes row
+        i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's)."""
+        pid = tl.program_id(0)
+        part = pid % SPLIT
+        group = pid // SPLIT
+        cols = part * CHUNK + tl.arange(0, CHUNK)
+        wide = cols.to(tl.int64)
+        inside = cols < N
+        neutral = float("-inf") if OP == SOFTMAX else 0.0
+        parts = tl.arange(0, SPLIT)
+        it = 0
+        for row in range(group, rows, groups):
+            x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
+            a, c, h = _partials(x, inside, OP)
+            slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
+            tl.store(slot + part, a)
+            tl.store(slot + SPLIT + part, c)
+            tl.debug_barrier()  # the partials are stored before the arrival (and the asm is not moved above it)
+            tok = _cluster_sync(it)
+            seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
+            every_a = tl.load(seen + parts, cache_modifier=".cg")
+            every_c = tl.load(seen + SPLIT + parts, cache_modifier=".cg")
+            y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
+            tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+            it += 1  # noqa: SIM113 (a Triton loop-carried value)
+
+
+def cluster_launch(compiled: Any, size: int) -> None:
+    """Make ``compiled`` (a kernel compiled for one CTA a program) launch as clusters of ``size`` programs: this
+    Triton's launcher reads the cluster size from the packed metadata's ``num_ctas`` and multiplies the grid by it.
+    Raises where the metadata has another layout (a Triton this was not written against)."""
+    packed = tuple(compiled.packed_metadata)
+    if len(packed) == 3:  # (num_warps, num_ctas, shared): Triton 3.5-3.9
+        compiled.packed_metadata = (packed[0], size, packed[2])
+    elif len(packed) == 6:  # (num_warps, num_ctas, shared, cluster x, y, z): earlier 3.x
+        compiled.packed_metadata = (packed[0], size, packed[2], size, 1, 1)
+    else:
+        raise RuntimeError(f"unknown launch metadata {packed!r}: no cluster launch with this Triton")
+
+
+MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows")  # how programs walk rows (the docstrings)
 
 
 class LongRows:
@@ -198,14 +261,23 @@ class LongRows:
         self.chunk = triton.next_power_of_2(-(-self.n // split))
         self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
         self.y = torch.empty_like(x)
+        self.cluster = mode.startswith("cluster")
+        self.launched = False  # a cluster kernel launches as clusters once ``cluster_launch`` patched it
+        if self.cluster and split > 16:
+            raise ValueError(f"a cluster holds at most 16 programs on Hopper, not {split}")
         self._size(1)  # one group is always resident: compile with it, then size the grid by the kernel's registers
-        compiled = self()
+        compiled = self()  # a cluster kernel's first launch is a plain one (clusters of one: wrong, but compiled)
+        if self.cluster and split > 1:
+            cluster_launch(compiled, split)
+            self.launched = True
         regs = int(getattr(compiled, "n_regs", 0) or 0)
         by_regs = 65536 // (regs * 32 * num_warps) if regs else 1
         self.resident = max(1, min(by_regs, 64 // num_warps))
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
         self.fits = per_sm <= self.resident
         self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
+        if mode == "cluster-rows":  # a cluster a row: clusters never wait for each other, the GPU schedules them
+            self._size(self.rows)
 
     def _size(self, groups: int) -> None:
         self.groups = groups
@@ -221,6 +293,8 @@ class LongRows:
         sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "BACKOFF": self.backoff,
                  "num_warps": self.num_warps}
         grid = (self.groups * self.split,)
+        if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
+            return _long_rows_cluster[(self.groups if self.launched else self.groups * self.split,)](*args, **sizes)
         if self.mode == "pipelined":
             return _long_rows_pipelined[grid](*args, **sizes)
         return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
@@ -247,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="programs per SM to size the grid by (checked against the compiled kernel's registers)")
     p.add_argument("--modes", type=fusion.names_of(MODES), default=list(MODES),
                    help="how programs walk their rows: plain, prefetch (the next row's loads before the meeting), "
-                        "pipelined (the next row reduced and counted in before waiting for this one's)")
+                        "pipelined (the next row reduced and counted in before waiting for this one's), cluster "
+                        "(groups launched as clusters meeting at the hardware barrier), cluster-rows (a cluster a "
+                        "row)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
@@ -277,11 +353,16 @@ def main(argv: list[str] | None = None) -> int:
             for split in args.splits:
                 for warps in args.warps:
                     for mode in args.modes:
-                        values = args.width // split // (32 * warps) * (1 if mode == "plain" else 2)
+                        held = 2 if mode in ("prefetch", "pipelined") else 1  # rows a program holds at once
+                        values = args.width // split // (32 * warps) * held
                         if not 8 <= values <= 128:
                             continue
                         for per_sm in args.per_sm:
-                            k = LongRows(op, inputs, split, warps, mode, per_sm)
+                            try:
+                                k = LongRows(op, inputs, split, warps, mode, per_sm)
+                            except Exception as e:  # noqa: BLE001 (a cluster too large, or a launcher unknown)
+                                print(f"split {split}, {warps} warps, {mode}: {fusion._error(e)}", file=sys.stderr)
+                                continue
                             if not k.fits:
                                 continue
                             kernels.append(k)
@@ -295,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
                                 else:
                                     kernels.append(polite)
                                     fns[name + ", backoff"] = lambda k=polite: (k(), k.y)[1]
-                            if args.no_barrier and mode != "pipelined":  # without its barrier: what waiting costs
+                            # without its barrier: what the waiting costs
+                            if args.no_barrier and mode in ("plain", "prefetch"):
                                 nb = LongRows(op, inputs, split, warps, mode, per_sm, meet=False)
                                 fns[name + ", no barrier"] = lambda k=nb: (k(), k.y)[1]
             results = []
