@@ -618,7 +618,11 @@ class RegionEmitter:
         self.emit(f"{ri} = {rflat}")
         self.rdep.add(ri)
         scope.mask = self.fresh("m")
-        self.emit(f"{scope.mask} = xmask & ({ri} < {self.reduced_count()})")
+        count = self.reduced_count()
+        if self.config.split == 1 and ix.is_int(count) and int(count) % self.config.rblock == 0:  # whole steps
+            self.emit(f"{scope.mask} = xmask & {FULL_ROW}")
+        else:
+            self.emit(f"{scope.mask} = xmask & ({ri} < {count})")
         self.rdep.add(scope.mask)
         self._set_domain_index("xi", ri)
         return scope
@@ -718,7 +722,10 @@ class RegionEmitter:
                     self._emit_chunk()
             else:
                 self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
-            self.emit(f"xmask = xi < {xnumel}")
+            if ix.is_int(xnumel) and int(xnumel) % cfg.xblock == 0:  # the grid holds no row past the end: a constant
+                self.emit("xmask = tl.full([XBLOCK, 1], 1, tl.int1)")  # the compiler folds out of masks and selects
+            else:
+                self.emit(f"xmask = xi < {xnumel}")
             xs = ix.delinearize("xi", [self.dsize(k) for k in self.xaxes])
             row = [""] * self.domain.rank
             for k, e in zip(self.xaxes, xs, strict=True):
@@ -730,7 +737,11 @@ class RegionEmitter:
                 self.emit("ri = part * RBLOCK + tl.arange(0, RBLOCK)[None, :]" if cfg.split > 1
                           else "ri = tl.arange(0, RBLOCK)[None, :]")
                 self.rdep.add("ri")
-                self.emit(f"mask = xmask & (ri < {self.reduced_count()})")
+                count = self.reduced_count()
+                if ix.is_int(count) and int(count) == cfg.rblock * cfg.split:  # the tile is the row: no column masked
+                    self.emit(f"mask = xmask & {FULL_ROW}")  # still a whole tile: a select over it keeps its shape
+                else:
+                    self.emit(f"mask = xmask & (ri < {count})")
                 self.rdep.add("mask")
                 self._set_domain_index("xi", "ri")
             rows = [(j, t) for j, t in enumerate(self.outputs) if self.store_index(t)[2]]
@@ -803,6 +814,7 @@ class RegionEmitter:
         return tuple(row[k] if k in self.xaxes else "0" for k in self._row_dims(op, op.outputs[0].rank))
 
 
+FULL_ROW = "tl.full([1, RBLOCK], 1, tl.int1)"  # a constant mask the width of a tile
 EVICT_MARK = "@@evict@@"
 _EVICT = re.compile(f"{EVICT_MARK}(\\d+)([rc]){EVICT_MARK}")
 
