@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's rows on a GPU machine in one call: the fusion table (chains, norms, tiny graphs), the bfloat16 32k-wide
+# Issue 4's rows on a GPU machine in one call: the fusion table (chains, norms, tiny graphs, the ResNet-18-like step), the bfloat16 32k-wide
 # rows under every launch configuration, and the 262k-wide rows' hand-written kernels including the cluster
 # meetings. Each part's output goes to its own file in $OUT (or ./gpu-logs), with its exit status and seconds, so a
 # part that fails or runs out of the call's time loses only its own file. Parts (default: all, in this order):
@@ -15,7 +15,7 @@ status=0
 for part in $parts; do
     start=$SECONDS
     case $part in
-        fusion) python3 benchmarks/fusion.py --only chains,norms,tiny --json "$logs/fusion.json" \
+        fusion) python3 benchmarks/fusion.py --only chains,norms,tiny,resnet --json "$logs/fusion.json" \
                     > "$logs/fusion.txt" 2> "$logs/fusion.err" ;;
         configs) python3 benchmarks/reduction_configs.py --ops softmax,log_softmax,layer_norm,rms_norm \
                      --dtypes bfloat16 --widths 32768 --chunks 16384 --repeats 10 --top 6 \
