@@ -48,22 +48,42 @@ def test_a_row_read_once_keeps_the_default_and_weights_stay() -> None:
 
 def test_flat_kernels_and_column_reductions_have_no_hints() -> None:
     g = og.Graph()
-    x = g.placeholder((64, 32), og.float32)
-    for y in (g.exp(x) * 2.0, g.reduce_sum(g.exp(x), [0])):
+    x = g.placeholder((4096, 32), og.float32)
+    w = g.placeholder((32,), og.float32)
+    # a flat kernel; a column statistic walked in steps, normalising the rows again with a per-column weight
+    column = (x - g.reduce_mean(x, [0], keepdims=True)) * w
+    for y, config in ((g.exp(x) * 2.0, None),
+                      (column, Config(reduction=True, xblock=32, rblock=64, looped=True, num_warps=4))):
         ops, ins = region_of([y])
-        source = region_kernel(ops, ins, [y]).source
+        source = region_kernel(ops, ins, [y], config=config).source
         assert source is not None and "eviction_policy" not in source and "@@" not in source
+        assert config is None or "for start" in source
 
 
-def test_resolve_eviction_reads_the_marks_in_order() -> None:
+def test_resolve_eviction_reads_the_marks_by_walk() -> None:
     mark = "@@evict@@"
-    lines = [f"a = tl.load(in0 + o, mask=m{mark}0r{mark})", f"b = tl.load(in1 + r, mask=m{mark}1c{mark})",
-             f"c = tl.load(in0 + o, mask=m{mark}0r{mark})", f"d = tl.load(in2 + o, mask=m{mark}2r{mark})"]
+    lines = [f"s = tl.load(in0 + o, mask=m{mark}0r0{mark})",  # before the loops (a row's first element)
+             f"a = tl.load(in0 + o, mask=m{mark}0r1{mark})", f"b = tl.load(in1 + r, mask=m{mark}1c2{mark})",
+             f"c = tl.load(in0 + o, mask=m{mark}0r2{mark})", f"d = tl.load(in2 + o, mask=m{mark}2r1{mark})",
+             f"e = tl.load(in2 + o, mask=m{mark}2r0{mark})"]
     assert resolve_eviction(lines) == [
+        's = tl.load(in0 + o, mask=m, eviction_policy="evict_last")',
         'a = tl.load(in0 + o, mask=m, eviction_policy="evict_last")',
         'b = tl.load(in1 + r, mask=m, eviction_policy="evict_last")',
         'c = tl.load(in0 + o, mask=m, eviction_policy="evict_first")',
-        "d = tl.load(in2 + o, mask=m)"]
+        "d = tl.load(in2 + o, mask=m)",  # walked by one loop only (and read once before it): the default
+        "e = tl.load(in2 + o, mask=m)"]
+
+
+def test_a_row_walked_once_keeps_the_default_beside_its_first_element() -> None:
+    """A looped variance reads a row's first element (its shift) before its one walk: still one walk."""
+    g = og.Graph()
+    x = g.placeholder((6, 1000), og.float32)
+    y = g.variance(x, [1], keepdims=True)
+    ops, ins = region_of([y])
+    source = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=128, looped=True,
+                                                        num_warps=4)).source
+    assert source is not None and source.count("tl.load(in0") >= 2 and "eviction_policy" not in source
 
 
 def test_hinted_looped_kernel_matches_torch() -> None:

@@ -86,6 +86,7 @@ class ExprContext:
     in_types: tuple[TensorType, ...]
     out_types: tuple[TensorType, ...]
     block: str = "BLOCK"  # the kernel's block-size constexpr, for ops that make values from nothing
+    approximate: bool = False  # the kernel lets the result carry a relative error under its dtype's rounding
 
     @property
     def dtype(self) -> DType:
@@ -339,10 +340,12 @@ def _elu(a: Sequence[str], ctx: ExprContext) -> str:
 
 
 def _tanh(a: Sequence[str], ctx: ExprContext) -> str:
-    # a bfloat16 result is rounded by 2^-9 to 2^-8 anyway: the hardware approximation (2^-11, one instruction)
-    # keeps it within that step. Not for float16 (2^-11 is its own rounding error) nor inside GELU or Mish, whose
-    # 1 + tanh cancels.
-    return f"og_tanh_bf16({a[0]})" if ctx.out_types[0].dtype is bfloat16 else f"og_tanh({a[0]})"
+    # the hardware approximation's relative error (2^-11, one instruction) is under bfloat16's rounding (2^-9 to
+    # 2^-8), where the kernel says the error stays relative (``approximate``: no 1 - tanh downstream, as in GELU's
+    # or tanh's gradient). Not for float16: 2^-11 is its own rounding error.
+    if ctx.approximate and ctx.out_types[0].dtype is bfloat16:
+        return f"og_tanh_bf16({a[0]})"
+    return f"og_tanh({a[0]})"
 
 
 def _hard_sigmoid(a: Sequence[str], ctx: ExprContext) -> str:

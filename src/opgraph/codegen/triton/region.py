@@ -31,8 +31,11 @@ from ...core.dtype import bool_
 from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
+from ...ops import activation as act
+from ...ops import elementwise as ew
 from ...ops import gradient_support as gs
 from ...ops import reduce as rd
+from ...ops import unary as un
 from . import configs
 from . import indexing as ix
 from ._text import (
@@ -104,6 +107,7 @@ class RegionEmitter:
         self.strides: dict[str, tuple[int, int]] = {}  # stride argument -> (input, dim)
         self.rdep: set[str] = set()  # names whose value varies along the reduced dims
         self.xdep: set[str] = {"offs", "xi", "xmask", "mask"}  # names that are tiles along the rows (or block)
+        self._users: dict[int, list[Operation]] | None = None  # the region's ops reading each value (by id)
         self.loaded_at: dict[int, set[Index | None]] = {}  # input -> indices relative to the domain
         self.counter = 0
         self.barriers = 0
@@ -298,7 +302,7 @@ class RegionEmitter:
                                                          dynamic_ones=not reduced)))
         r_dep = any(self.depends_on_r(a) for a in args) or self.depends_on_r(",".join(index))
         ctx = ExprContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
-                          block=self.tile(r_dep))
+                          block=self.tile(r_dep), approximate=op.op in APPROXIMABLE and self._error_stays_relative(op))
         return expression(op.op, args, ctx)
 
     def _load(self, t: Tensor, index: Index) -> str:
@@ -340,6 +344,29 @@ class RegionEmitter:
         self.xdep.add(name)
         return name
 
+    def _error_stays_relative(self, op: Operation) -> bool:
+        """Whether a relative error in ``op``'s result stays relative: through the ops that only scale, pick or move
+        values it reaches stores and exponentials (whose positive results then carry it as a relative error), and no
+        sum, difference or reduction (``1 - t``, ``1 - t * t`` of tanh's and GELU's gradients, a row sum), where it
+        would become an absolute error against a smaller result."""
+        if self._users is None:
+            self._users = {}
+            for o in self.ops:
+                for t in o.inputs:
+                    self._users.setdefault(id(t), []).append(o)
+        frontier, seen = [op.outputs[0]], set()
+        while frontier:
+            t = frontier.pop()
+            for user in self._users.get(id(t), []):
+                if id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if user.op in SCALING or user.op.fusion is FusionKind.INJECTIVE:
+                    frontier.extend(user.outputs)
+                elif user.op not in POSITIVE_RESULT:
+                    return False
+        return True
+
     def _eviction_mark(self, i: int, by_row: bool) -> str:
         """A mark that ``source`` turns into an L2 eviction hint (``resolve_eviction``), in row reductions only:
         the ones that read a row more than once (walked in steps, or held in chunks of a split row) and the ones
@@ -349,7 +376,7 @@ class RegionEmitter:
             return ""
         if by_row and not (cfg.looped or cfg.split > 1):
             return ""
-        return f"{EVICT_MARK}{i}{'r' if by_row else 'c'}{EVICT_MARK}"
+        return f"{EVICT_MARK}{i}{'r' if by_row else 'c'}{self.scope.loop or 0}{EVICT_MARK}"
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
         """The offset of ``index`` in a contiguous ``t``: a known flat position (no div/mod to undo), else the
@@ -815,34 +842,39 @@ class RegionEmitter:
 
 
 FULL_ROW = "tl.full([1, RBLOCK], 1, tl.int1)"  # a constant mask the width of a tile
+APPROXIMABLE = frozenset({un.TANH})  # ops with a cheaper expression whose error is relative (``_error_stays_relative``)
+# ops through which a relative error stays relative (they scale, pick, convert or contract)
+SCALING = frozenset({ew.MULTIPLY, ew.DIVIDE, un.NEGATIVE, un.SQUARE, un.ABS, un.SQRT, un.RSQRT, un.RECIPROCAL,
+                     un.TANH, ew.CAST, ew.MAXIMUM, ew.MINIMUM, ew.MAXIMUM_NAN, ew.MINIMUM_NAN, ew.SELECT, ew.CLAMP})
+# ops that turn the error of their argument into a relative error of a positive result (exp(1.5 t): 1.5 times it)
+POSITIVE_RESULT = frozenset({un.EXP, un.EXP2, act.SIGMOID})
 EVICT_MARK = "@@evict@@"
-_EVICT = re.compile(f"{EVICT_MARK}(\\d+)([rc]){EVICT_MARK}")
+_EVICT = re.compile(f"{EVICT_MARK}(\\d+)([rc])(\\d+){EVICT_MARK}")
 
 
 def resolve_eviction(lines: Sequence[str]) -> list[str]:
-    """The eviction marks of ``_eviction_mark`` as hints, like Inductor's: a load of an input that a later line
-    reads again keeps its lines in L2 (``evict_last``: the next walk of the row finds them there), and so does a
-    row-invariant input's; the last walk's loads of such a row go first (``evict_first``), leaving L2 to the
-    others. A row read once keeps the default.
-    Without them the second walk of a 32k-element bfloat16 row missed L2 (RESULTS.md, eighteenth session)."""
+    """The eviction marks of ``_eviction_mark`` as hints, like Inductor's: a row that the kernel walks in more than one
+    loop stays in L2 until its last walk (``evict_last``: the next walk finds it there), whose loads let it go first
+    (``evict_first``), leaving L2 to the others; a row-invariant input (a norm's weight) stays; a row walked once keeps
+    the default. Without them the second walk of a 32k-element bfloat16 row missed L2 (RESULTS.md, eighteenth
+    session). A mark reads ``{input}{r: by row | c: row-invariant}{loop number, 0: none}``."""
     text = "\n".join(lines)
     marks = list(_EVICT.finditer(text))
     if not marks:
         return list(lines)
-    walked = {i for i in {m.group(1) for m in marks if m.group(2) == "r"}
-              if sum(m.group(1) == i and m.group(2) == "r" for m in marks) > 1}  # rows read more than once
-    later_rows: set[str] = set()
-    policy: list[str] = [""] * len(marks)
-    for n in range(len(marks) - 1, -1, -1):  # from the last: which inputs a later walk still reads by row
-        i, kind = marks[n].group(1), marks[n].group(2)
-        if kind == "c" or i in later_rows:
-            policy[n] = ', eviction_policy="evict_last"'
-        elif i in walked:  # the last walk of a row read before (a row read once keeps the default)
-            policy[n] = ', eviction_policy="evict_first"'
-        if kind == "r":
-            later_rows.add(i)
+    walks: dict[str, set[int]] = {}
+    for m in marks:
+        if m.group(2) == "r" and int(m.group(3)):
+            walks.setdefault(m.group(1), set()).add(int(m.group(3)))
     out, last = [], 0
-    for m, hint in zip(marks, policy, strict=True):
+    for m in marks:
+        i, kind, loop = m.group(1), m.group(2), int(m.group(3))
+        hint = ""
+        if kind == "c":
+            hint = ', eviction_policy="evict_last"'
+        elif len(walks.get(i, ())) > 1:  # walked more than once: kept until the last walk
+            last_walk = loop == max(walks[i])
+            hint = f', eviction_policy="{"evict_first" if last_walk else "evict_last"}"'
         out.append(text[last:m.start()] + hint)
         last = m.end()
     out.append(text[last:])
