@@ -71,6 +71,15 @@ if triton is not None:
         return a, c, h
 
     @triton.jit
+    def _chunk(N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr):  # type: ignore[no-untyped-def]
+        """This program's part of its group, the group, the chunk's columns (also in 64 bits, for row offsets:
+        rows x N may pass 2**31) and which of them are inside the row."""
+        pid = tl.program_id(0)
+        part = pid % SPLIT
+        cols = part * CHUNK + tl.arange(0, CHUNK)
+        return part, pid // SPLIT, cols, cols.to(tl.int64), cols < N
+
+    @triton.jit
     def _publish(ws_ptr, cnt_ptr, group, part, it, a, c, SPLIT: tl.constexpr):  # type: ignore[no-untyped-def]
         """Write this chunk's partials of the group's ``it``-th row and count in. Rows take turns at 4 slots and 2
         counters: a program counts in for row i + 2 only after all did for row i (it waits for row i first), and
@@ -123,12 +132,7 @@ if triton is not None:
                    N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
                    PREFETCH: tl.constexpr, MEET: tl.constexpr, BACKOFF: tl.constexpr):
         """Each row: partials, meet, finish. PREFETCH issues the next row's loads before the meeting."""
-        pid = tl.program_id(0)
-        part = pid % SPLIT
-        group = pid // SPLIT
-        cols = part * CHUNK + tl.arange(0, CHUNK)
-        wide = cols.to(tl.int64)  # row offsets in 64 bits (rows x N may pass 2**31)
-        inside = cols < N
+        part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         x = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside & (cols * 0 + group < rows), other=neutral)
         it = 0
@@ -160,12 +164,7 @@ if triton is not None:
                              BACKOFF: tl.constexpr):
         """Software-pipelined by a row: a program loads row i + 1, reduces it and counts in with its partials
         before it waits for row i's meeting, so that meeting has had a row's work to complete in."""
-        pid = tl.program_id(0)
-        part = pid % SPLIT
-        group = pid // SPLIT
-        cols = part * CHUNK + tl.arange(0, CHUNK)
-        wide = cols.to(tl.int64)
-        inside = cols < N
+        part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         x = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside & (cols * 0 + group < rows), other=neutral)
         a, c, h = _partials(x, inside, OP)
@@ -205,12 +204,7 @@ if triton is not None:
         """Launched as clusters of ``SPLIT`` programs (a group each): a row's parts meet at the cluster's hardware
         barrier instead of a counter in memory, exchanging partials through two slots in L2 (a part writes row
         i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's)."""
-        pid = tl.program_id(0)
-        part = pid % SPLIT
-        group = pid // SPLIT
-        cols = part * CHUNK + tl.arange(0, CHUNK)
-        wide = cols.to(tl.int64)
-        inside = cols < N
+        part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         parts = tl.arange(0, SPLIT)
         it = 0
