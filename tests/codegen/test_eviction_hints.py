@@ -12,8 +12,9 @@ import torch
 pytest.importorskip("triton")
 
 import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.hints import resolve_eviction  # noqa: E402
 from opgraph.codegen.triton.kernel import region_kernel, region_of  # noqa: E402
-from opgraph.codegen.triton.region import Config, resolve_eviction  # noqa: E402
+from opgraph.codegen.triton.region import Config  # noqa: E402
 
 LOAD = re.compile(r"tl\.load\((in\d+) \+ ([^,]*), mask=[^,)]*(?:, eviction_policy=\"(\w+)\")?\)")
 

@@ -19,6 +19,7 @@ from .reductions import REDUCTIONS
 
 NEUTRAL = {"sum": "0", "prod": "1", "max": 'float("-inf")', "min": 'float("inf")'}
 INT_NEUTRAL = {"sum": "0", "prod": "1", "max": "-2147483648", "min": "2147483647"}
+FULL_ROW = "tl.full([1, RBLOCK], 1, tl.int1)"  # a constant mask as wide as a tile (no column past the row's end)
 
 
 KERNEL_NAME = "fused_region"  # the stem of every generated kernel's name

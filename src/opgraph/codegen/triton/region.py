@@ -22,7 +22,6 @@ arguments, resolved at launch from the input shapes.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,14 +30,12 @@ from ...core.dtype import bool_
 from ...core.errors import GraphError
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
-from ...ops import activation as act
-from ...ops import elementwise as ew
 from ...ops import gradient_support as gs
 from ...ops import reduce as rd
-from ...ops import unary as un
 from . import configs
 from . import indexing as ix
 from ._text import (
+    FULL_ROW,
     INT_NEUTRAL,
     MAX_BARRIERS,
     NAME_PATTERN,
@@ -56,6 +53,7 @@ from ._text import (
 )
 from .configs import Config, candidate_configs, default_config, float32_statistics
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
+from .hints import APPROXIMABLE, error_stays_relative, eviction_mark, resolve_eviction
 from .indexing import Index
 from .inplace import inplace_pairs
 from .reductions import REDUCTIONS
@@ -107,7 +105,6 @@ class RegionEmitter:
         self.strides: dict[str, tuple[int, int]] = {}  # stride argument -> (input, dim)
         self.rdep: set[str] = set()  # names whose value varies along the reduced dims
         self.xdep: set[str] = {"offs", "xi", "xmask", "mask"}  # names that are tiles along the rows (or block)
-        self._users: dict[int, list[Operation]] | None = None  # the region's ops reading each value (by id)
         self.loaded_at: dict[int, set[Index | None]] = {}  # input -> indices relative to the domain
         self.counter = 0
         self.barriers = 0
@@ -301,8 +298,9 @@ class RegionEmitter:
             args.append(self.value(t, ix.broadcast_index(index, out_sizes, [self.size(t, k) for k in range(t.rank)],
                                                          dynamic_ones=not reduced)))
         r_dep = any(self.depends_on_r(a) for a in args) or self.depends_on_r(",".join(index))
+        approximate = op.op in APPROXIMABLE and error_stays_relative(op, self.ops)
         ctx = ExprContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
-                          block=self.tile(r_dep), approximate=op.op in APPROXIMABLE and self._error_stays_relative(op))
+                          block=self.tile(r_dep), approximate=approximate)
         return expression(op.op, args, ctx)
 
     def _load(self, t: Tensor, index: Index) -> str:
@@ -344,39 +342,16 @@ class RegionEmitter:
         self.xdep.add(name)
         return name
 
-    def _error_stays_relative(self, op: Operation) -> bool:
-        """Whether a relative error in ``op``'s result stays relative: through the ops that only scale, pick or move
-        values it reaches stores and exponentials (whose positive results then carry it as a relative error), and no
-        sum, difference or reduction (``1 - t``, ``1 - t * t`` of tanh's and GELU's gradients, a row sum), where it
-        would become an absolute error against a smaller result."""
-        if self._users is None:
-            self._users = {}
-            for o in self.ops:
-                for t in o.inputs:
-                    self._users.setdefault(id(t), []).append(o)
-        frontier, seen = [op.outputs[0]], set()
-        while frontier:
-            t = frontier.pop()
-            for user in self._users.get(id(t), []):
-                if id(user) in seen:
-                    continue
-                seen.add(id(user))
-                if user.op in SCALING or user.op.fusion is FusionKind.INJECTIVE:
-                    frontier.extend(user.outputs)
-                elif user.op not in POSITIVE_RESULT:
-                    return False
-        return True
-
     def _eviction_mark(self, i: int, by_row: bool) -> str:
-        """A mark that ``source`` turns into an L2 eviction hint (``resolve_eviction``), in row reductions only:
-        the ones that read a row more than once (walked in steps, or held in chunks of a split row) and the ones
-        that read a row-invariant input (a norm's weight) for every row."""
+        """A mark on a load that ``source`` turns into an L2 eviction hint (``hints.resolve_eviction``), in row
+        reductions only: on loads of a row in a kernel that walks rows in steps or splits them (the walks are told
+        apart by loop), and on loads of a row-invariant input (a norm's weight), read again for every row."""
         cfg = self.config
         if not cfg.reduction or self.inner_axis not in self.raxes:
             return ""
         if by_row and not (cfg.looped or cfg.split > 1):
             return ""
-        return f"{EVICT_MARK}{i}{'r' if by_row else 'c'}{self.scope.loop or 0}{EVICT_MARK}"
+        return eviction_mark(i, by_row, self.scope.loop or 0)
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
         """The offset of ``index`` in a contiguous ``t``: a known flat position (no div/mod to undo), else the
@@ -839,46 +814,6 @@ class RegionEmitter:
         """The row index of a reduction's (non-full) output."""
         row = self._row_index()
         return tuple(row[k] if k in self.xaxes else "0" for k in self._row_dims(op, op.outputs[0].rank))
-
-
-FULL_ROW = "tl.full([1, RBLOCK], 1, tl.int1)"  # a constant mask the width of a tile
-APPROXIMABLE = frozenset({un.TANH})  # ops with a cheaper expression whose error is relative (``_error_stays_relative``)
-# ops through which a relative error stays relative (they scale, pick, convert or contract)
-SCALING = frozenset({ew.MULTIPLY, ew.DIVIDE, un.NEGATIVE, un.SQUARE, un.ABS, un.SQRT, un.RSQRT, un.RECIPROCAL,
-                     un.TANH, ew.CAST, ew.MAXIMUM, ew.MINIMUM, ew.MAXIMUM_NAN, ew.MINIMUM_NAN, ew.SELECT, ew.CLAMP})
-# ops that turn the error of their argument into a relative error of a positive result (exp(1.5 t): 1.5 times it)
-POSITIVE_RESULT = frozenset({un.EXP, un.EXP2, act.SIGMOID})
-EVICT_MARK = "@@evict@@"
-_EVICT = re.compile(f"{EVICT_MARK}(\\d+)([rc])(\\d+){EVICT_MARK}")
-
-
-def resolve_eviction(lines: Sequence[str]) -> list[str]:
-    """The eviction marks of ``_eviction_mark`` as hints, like Inductor's: a row that the kernel walks in more than one
-    loop stays in L2 until its last walk (``evict_last``: the next walk finds it there), whose loads let it go first
-    (``evict_first``), leaving L2 to the others; a row-invariant input (a norm's weight) stays; a row walked once keeps
-    the default. Without them the second walk of a 32k-element bfloat16 row missed L2 (RESULTS.md, eighteenth
-    session). A mark reads ``{input}{r: by row | c: row-invariant}{loop number, 0: none}``."""
-    text = "\n".join(lines)
-    marks = list(_EVICT.finditer(text))
-    if not marks:
-        return list(lines)
-    walks: dict[str, set[int]] = {}
-    for m in marks:
-        if m.group(2) == "r" and int(m.group(3)):
-            walks.setdefault(m.group(1), set()).add(int(m.group(3)))
-    out, last = [], 0
-    for m in marks:
-        i, kind, loop = m.group(1), m.group(2), int(m.group(3))
-        hint = ""
-        if kind == "c":
-            hint = ', eviction_policy="evict_last"'
-        elif len(walks.get(i, ())) > 1:  # walked more than once: kept until the last walk
-            last_walk = loop == max(walks[i])
-            hint = f', eviction_policy="{"evict_first" if last_walk else "evict_last"}"'
-        out.append(text[last:m.start()] + hint)
-        last = m.end()
-    out.append(text[last:])
-    return "".join(out).split("\n")
 
 
 __all__ = ["Config", "RegionEmitter", "candidate_configs", "default_config"]
