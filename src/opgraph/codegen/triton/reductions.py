@@ -234,7 +234,9 @@ def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
         return _online_softmax(em, op, _element(em, op), ct)
     # split rows too meet twice (max, then sums): per-chunk maxima at one barrier cost a second exp per
     # element and measured slower (H200, 256x262144 float32: 0.206 against 0.188 ms)
-    (m,) = em.stats(op, "max", [("max", _element(em, op, lambda v: _nan_free(v, 'float("-inf")')), ct)])
+    # a NaN may or may not reach the max (the GPU's ignores it, the interpreter's keeps it): either way exp(NaN - m)
+    # makes the row's sum, and so every result of the row, NaN, as unfused; no select per element to rule it out
+    (m,) = em.stats(op, "max", [("max", _element(em, op), ct)])
     (s,) = em.stats(op, "sum", [("sum", _element(em, op, lambda v: f"tl.exp({v} - {m})"), ct)])
     return m, s
 
