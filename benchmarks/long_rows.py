@@ -34,6 +34,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
+from opgraph.codegen.triton.kernel import cluster_launch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fusion  # noqa: E402
@@ -222,19 +223,6 @@ if triton is not None:
             y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
             tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
-
-
-def cluster_launch(compiled: Any, size: int) -> None:
-    """Make ``compiled`` (a kernel compiled for one CTA a program) launch as clusters of ``size`` programs: this
-    Triton's launcher reads the cluster size from the packed metadata's ``num_ctas`` and multiplies the grid by it.
-    Raises where the metadata has another layout (a Triton this was not written against)."""
-    packed = tuple(compiled.packed_metadata)
-    if len(packed) == 3:  # (num_warps, num_ctas, shared): Triton 3.5-3.9
-        compiled.packed_metadata = (packed[0], size, packed[2])
-    elif len(packed) == 6:  # (num_warps, num_ctas, shared, cluster x, y, z): earlier 3.x
-        compiled.packed_metadata = (packed[0], size, packed[2], size, 1, 1)
-    else:
-        raise RuntimeError(f"unknown launch metadata {packed!r}: no cluster launch with this Triton")
 
 
 MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows")  # how programs walk rows (the docstrings)

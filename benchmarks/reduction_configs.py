@@ -4,7 +4,8 @@ the same run: the tool behind the rules of thumb in ``codegen/triton/configs.py`
 For each ``--ops`` x ``--dtypes`` on (``--mib`` MiB / width, width) matrices of each ``--widths``, the region
 of ``benchmarks/fusion.py``'s norm case is emitted with every configuration worth trying: rows held in
 registers (persistent, widths up to ``PERSISTENT_MAX``), walked in steps (looped), and split across programs
-that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps; held in registers or walked in steps).
+that meet at barriers (chunks of ``--chunks`` elements x 4/8/16 warps; held in registers or walked in steps;
+held in registers and launched as thread-block clusters meeting at the cluster's barrier, up to 16 parts).
 Times are device time with a cold L2, measured as fusion.py measures them; ``of copy`` = bytes read + written /
 time / copy bandwidth. The first configuration's result is the reference: every other must agree within 1e-3
 (float32) or one bfloat16 rounding step, 2^-7 (relative to the largest value).
@@ -25,7 +26,7 @@ import torch
 
 import opgraph as og
 from opgraph.cli._table import format_table
-from opgraph.codegen.triton.configs import PERSISTENT_MAX, Config, multiprocessors
+from opgraph.codegen.triton.configs import MAX_CLUSTER, PERSISTENT_MAX, Config, multiprocessors
 from opgraph.codegen.triton.expr import NotExpressible
 from opgraph.codegen.triton.kernel import region_kernel, region_of
 
@@ -52,8 +53,9 @@ def configs(width: int, chunks: list[int]) -> list[Config]:
         split = -(-width // chunk)
         if split < 2 or split & (split - 1):
             continue
-        out += [Config(reduction=True, xblock=1, rblock=chunk, num_warps=w, split=split) for w in (4, 8, 16)
-                if 8 <= chunk // (32 * w) <= 128]
+        out += [Config(reduction=True, xblock=1, rblock=chunk, num_warps=w, split=split, cluster=cluster)
+                for w in (4, 8, 16) for cluster in (False, True)
+                if 8 <= chunk // (32 * w) <= 128 and (not cluster or split <= MAX_CLUSTER)]
         # or walked in steps by each part, twice: the second walk finds the chunk in L2 (few rows in flight)
         out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w, split=split)
                 for step in (1024, 2048, 4096) for w in (4, 8) if step < chunk and 4 <= step // (32 * w) <= 16]
@@ -72,7 +74,8 @@ def describe(c: Config) -> str:
         return f"split {c.split}, looped in steps of {c.rblock}, {c.num_warps} warps"
     kind = "looped" if c.looped else f"split {c.split}" if c.split > 1 else "persistent"
     grid = f", a grid of {c.programs} ({c.stages} stages)" if c.programs else ""
-    return f"{kind}, {c.rblock} a program, {c.num_warps} warps{grid}"
+    meeting = ", as clusters" if c.cluster else ""
+    return f"{kind}, {c.rblock} a program, {c.num_warps} warps{grid}{meeting}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 4's rows on a GPU machine in one call: the fusion table (chains, norms, tiny graphs, the ResNet-18-like step), the bfloat16 32k-wide
-# rows under every launch configuration, and the 262k-wide rows' hand-written kernels including the cluster
-# meetings. Each part's output goes to its own file in $OUT (or ./gpu-logs), with its exit status and seconds, so a
-# part that fails or runs out of the call's time loses only its own file. Parts (default: all, in this order):
+# Issue 4's rows on a GPU machine in one call, a part at a time:
+#   fusion       the fusion table (chains, norms, tiny graphs, the ResNet-18-like step);
+#   configs      the bfloat16 32k-wide rows under every launch configuration;
+#   configs262k  the 262k-wide rows' generated kernels, split rows meeting at counters or as clusters;
+#   long_rows    the 262k-wide rows' hand-written kernels, including the cluster meetings.
+# Each part's output goes to its own file in $OUT (or ./gpu-logs) with its exit status and seconds, so a part that
+# fails or runs out of the call's time loses only its own file.
 #
-#   bash scripts/gpu_issue4.sh                        # fusion, configs, long_rows
+#   bash scripts/gpu_issue4.sh                        # every part, in the order above
 #   bash scripts/gpu_issue4.sh long_rows configs      # some of them, in the order given
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gpu-logs}
 mkdir -p "$logs"
-parts=${*:-fusion configs long_rows}
+parts=${*:-fusion configs configs262k long_rows}
 status=0
 for part in $parts; do
     start=$SECONDS
@@ -20,10 +23,13 @@ for part in $parts; do
         configs) python3 benchmarks/reduction_configs.py --ops softmax,log_softmax,layer_norm,rms_norm \
                      --dtypes bfloat16 --widths 32768 --chunks 16384 --repeats 10 --top 6 \
                      > "$logs/configs.txt" 2> "$logs/configs.err" ;;
+        configs262k) python3 benchmarks/reduction_configs.py --ops softmax,layer_norm,rms_norm \
+                         --dtypes float32,bfloat16 --widths 262144 --chunks 16384,32768 --repeats 10 --top 6 \
+                         > "$logs/configs262k.txt" 2> "$logs/configs262k.err" ;;
         long_rows) python3 benchmarks/long_rows.py --ops softmax --modes plain,cluster,cluster-rows \
                        --splits 8,16 --warps 4,8 --per-sm 1,2 --repeats 15 --top 10 \
                        > "$logs/long_rows.txt" 2> "$logs/long_rows.err" ;;
-        *) echo "unknown part: $part (of fusion, configs, long_rows)" >&2; exit 2 ;;
+        *) echo "unknown part: $part (of fusion, configs, configs262k, long_rows)" >&2; exit 2 ;;
     esac
     rc=$?
     echo "== $part: exit $rc, $((SECONDS - start)) s" | tee -a "$logs/$part.txt"

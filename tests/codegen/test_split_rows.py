@@ -105,3 +105,48 @@ def test_a_row_split_past_the_multiprocessors_is_refused() -> None:
         region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=512, num_warps=4, split=8))
         with pytest.raises(NotExpressible, match="16 parts: more than the 8 multiprocessors"):
             region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=256, num_warps=4, split=16))
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm"])
+def test_cluster_split_rows_meet_at_the_cluster_barrier(case: str, looped: bool) -> None:
+    """``Config(cluster=True)``: the parts of a row meet at the thread-block cluster's barrier (``og_cluster_sync``)
+    with no counter, spin or reset, and read the partials addressed through the barrier's token. Under the
+    interpreter the barrier returns at once, so the kernel is launched again on the same workspace (as above), once
+    more per barrier: softmax's parts held in registers meet twice (max, then sums)."""
+    rows, width, split = 5, 61, 4
+    g = og.Graph()
+    x = g.placeholder((rows, width), og.float32)
+    w = g.placeholder((width,), og.float32)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    config = Config(reduction=True, xblock=1, rblock=8 if looped else 16, looped=looped, num_warps=4, split=split,
+                    cluster=True)
+    kernel = region_kernel(ops, ins, [y], config=config)
+    source = kernel.source
+    assert "og_cluster_sync(" in source and "atomic" not in source and "while" not in source
+    token = re.search(r"(tok\d+) = og_cluster_sync", source)
+    assert token is not None and re.search(rf"tl\.load\(ws \+ \(row \* \d+ \+ {token.group(1)}\)", source)
+    gen = torch.Generator().manual_seed(3)
+    xv, wv = torch.randn(rows, width, generator=gen), torch.randn(width, generator=gen)
+    args = [xv if t is x else wv if t is w else t.op.payload for t in ins]
+    for _ in range(source.count("og_cluster_sync(")):
+        kernel(*args)
+    (got,) = kernel(*args)
+    (want,) = g.compile({x: x.type, w: w.type}, [y], device="cpu",
+                        descriptor=og.CompilationDescriptor(fusion=False)).run([xv, wv])
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4)
+
+
+@pytest.mark.parametrize("split,looped", [(1, False), (32, False), (4, "columns")])
+def test_cluster_launch_refused_where_no_cluster_meets(split: int, looped: bool | str) -> None:
+    # a cluster is for the parts of one row meeting at its barrier: not a row in one part, not more parts than a
+    # cluster holds (16 on Hopper), not a column reduction's parts (the last one finishes, nobody waits)
+    g = og.Graph()
+    x = g.placeholder((64, 4096), og.float32)
+    y = g.reduce_sum(x, [0] if looped == "columns" else [1])
+    ops, ins = region_of([y])
+    with pytest.raises(NotExpressible):
+        region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1 if looped != "columns" else 32,
+                                                   rblock=128, looped=looped == "columns", num_warps=4,
+                                                   split=split, cluster=True)).source

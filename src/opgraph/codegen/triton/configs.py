@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 PERSISTENT_MAX = 32768  # reduced elements a program keeps in registers (32 a thread at 32 warps)
 SPLIT_CHUNK = 16384  # elements of a split row each part holds in registers, at most
+MAX_CLUSTER = 16  # programs a Hopper cluster holds (more than 8: the launcher allows it, non-portable)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Config:
     split: int = 1  # programs sharing a row (a power of two): each keeps a chunk, statistics meet in memory
     programs: int = 0  # > 0: that many programs loop over the tiles (loads of the next tile overlap this one's)
     stages: int = 2  # software-pipelining depth of that loop
+    cluster: bool = False  # a split row's programs launch as a thread-block cluster, meeting at its barrier (sm_90)
 
 
 def default_config(em: RegionEmitter) -> Config:
@@ -143,4 +145,5 @@ def float32_statistics(reductions: Sequence[Operation]) -> bool:
     return all(op.inputs[0].dtype.is_floating and op.inputs[0].dtype.itemsize <= 4 for op in reductions)
 
 
-__all__ = ["PERSISTENT_MAX", "Config", "candidate_configs", "column_split", "default_config", "multiprocessors"]
+__all__ = ["MAX_CLUSTER", "PERSISTENT_MAX", "Config", "candidate_configs", "column_split", "default_config",
+           "multiprocessors"]

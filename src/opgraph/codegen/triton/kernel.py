@@ -308,7 +308,11 @@ class RegionKernel:
             args, options = self._arguments(launch, inputs, outs, dev)
             if precompile._PENDING:  # compiling in the background: wait for it rather than compile it again
                 precompile.wait_for(self.key, self.config)
-            self.fn[launch.grid](*args, **options)
+            if self.config.cluster and dev.type == "cuda":  # compiled as one program a CTA, launched as clusters
+                cluster_launch(self.fn.warmup(*args, grid=launch.grid, **options), self.config.split)
+                self.fn[(launch.grid[0] // self.config.split,)](*args, **options)
+            else:
+                self.fn[launch.grid](*args, **options)
         return outs
 
     def _arguments(self, launch: _Launch, inputs: Sequence[Any], outs: Sequence[Any], dev: torch.device,
@@ -328,6 +332,22 @@ class RegionKernel:
             # elsewhere on, said outright unless the user set Triton's default (which 3.10 turns off)
             options["enable_fp_fusion"] = cfg.split == 1
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
+
+
+def cluster_launch(compiled: Any, size: int) -> None:
+    """Make ``compiled`` (a Triton kernel compiled for one CTA a program) launch as thread-block clusters of ``size``
+    programs: Triton's launcher (3.5-3.9) reads the cluster size from the packed metadata's ``num_ctas``, multiplies
+    the grid by it and sets the cluster attribute (``size`` 16 as non-portable). Idempotent; raises
+    ``NotExpressible`` where the metadata has another layout or the GPU has no clusters (before sm_90)."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        raise NotExpressible("thread-block clusters need sm_90 or newer")
+    packed = tuple(compiled.packed_metadata)
+    if len(packed) == 3:  # (num_warps, num_ctas, shared)
+        compiled.packed_metadata = (packed[0], size, packed[2])
+    elif len(packed) == 6:  # (num_warps, num_ctas, shared, cluster x, y, z): earlier 3.x
+        compiled.packed_metadata = (packed[0], size, packed[2], size, 1, 1)
+    else:
+        raise NotExpressible(f"this Triton's launch metadata {packed!r} has no known cluster size")
 
 
 def compile_threads() -> int:

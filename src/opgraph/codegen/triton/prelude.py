@@ -221,5 +221,16 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # compiled for a GPU: libdevice's
         # math-bound (RESULTS.md, eighteenth session).
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
                                          pack=1)
+    @triton.jit
+    def og_cluster_sync(token):
+        # every program of the thread-block cluster arrives (releasing its writes) and waits (acquiring theirs);
+        # ``token`` comes back through the asm, so loads addressed with it stay after the barrier
+        return tl.inline_asm_elementwise("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\t"
+                                         "mov.u32 $0, $1;", "=r,r", [token], dtype=tl.int32, is_pure=False, pack=1)
 else:
     og_tanh_bf16 = og_tanh  # the interpreter runs no PTX: the exact formula
+
+    @triton.jit
+    def og_cluster_sync(token):
+        # the interpreter runs one program at a time: no cluster to wait for (tests launch a split kernel twice)
+        return token

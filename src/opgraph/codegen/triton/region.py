@@ -509,11 +509,16 @@ class RegionEmitter:
         self.emit(f"{slot} = {base} + part")
         for k, p in enumerate(partials):
             self.emit(f"tl.store({slot} + {k * split} + tl.zeros([XBLOCK, 1], tl.int32), {p}.to(tl.float32))")
-        counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
         self.emit("tl.debug_barrier()")  # every thread's partial is written before the (releasing) arrival
-        self.emit(f"tl.atomic_add({counter}, 1)")
-        self.emit(f"while tl.load({counter}, volatile=True) < {split}:")  # plain L2 reads: no atomic traffic
-        self.emit("    pass")
+        if self.config.cluster:  # the cluster's hardware barrier; the loads below are addressed after it
+            token = self.fresh("tok")
+            self.emit(f"{token} = og_cluster_sync(row * 0 + {group})")
+            base = f"ws + (row * {MAX_BARRIERS} + {token}) * {WS_PARTS * split}"
+        else:
+            counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
+            self.emit(f"tl.atomic_add({counter}, 1)")
+            self.emit(f"while tl.load({counter}, volatile=True) < {split}:")  # plain L2 reads: no atomic traffic
+            self.emit("    pass")
         out = []
         for k in range(len(partials)):
             every = self.fresh("all")
@@ -698,6 +703,8 @@ class RegionEmitter:
                 self.emit(line)
         else:
             xnumel = ix.product([self.dsize(k) for k in self.xaxes])
+            if cfg.cluster and (cfg.split == 1 or self.column_split):
+                raise NotExpressible("a cluster launch is for a row split into parts that meet at a barrier")
             if self.column_split:
                 if not cfg.looped:
                     raise NotExpressible("a split column reduction walks its part's rows")
@@ -712,7 +719,9 @@ class RegionEmitter:
                 if cfg.xblock != 1:
                     raise NotExpressible("a split row is one row a program (XBLOCK 1)")
                 sms = configs.multiprocessors()
-                if sms and cfg.split > sms:  # its parts wait for each other (``exchange``): all must be resident
+                if cfg.cluster and cfg.split > configs.MAX_CLUSTER:
+                    raise NotExpressible(f"a cluster of {cfg.split} programs: at most {configs.MAX_CLUSTER}")
+                if sms and cfg.split > sms and not cfg.cluster:  # the parts wait for each other: all resident
                     raise NotExpressible(f"a row split into {cfg.split} parts: more than the {sms} multiprocessors "
                                          f"sure to hold them all at once")
                 if not float32_statistics(self.reductions):  # the parts meet in a float32 workspace
@@ -770,7 +779,7 @@ class RegionEmitter:
             elif fulls:
                 for line in [self._store(j, t) for j, t in fulls]:
                     self.emit(line)
-            if cfg.split > 1 and self.barriers:  # the row's last program resets its counters for the next launch
+            if cfg.split > 1 and self.barriers and not cfg.cluster:  # the last program resets the row's counters
                 done = f"cnt + row * {MAX_BARRIERS + 1} + {MAX_BARRIERS}"
                 self.emit(f"if tl.atomic_add({done}, 1) == {cfg.split - 1}:")
                 for g in range(self.barriers):
