@@ -42,6 +42,7 @@ SLOW_CANDIDATE = 2.0  # a candidate whose one launch takes this many times the b
 SLOW_CANDIDATE_MIN_MS = 0.05  # ... and at least this long: below it one launch's timing is too coarse to judge by
 # the user set Triton's FMA-contraction default (read once: _arguments runs at every launch)
 _USER_FP_FUSION_DEFAULT = "TRITON_DEFAULT_FP_FUSION" in os.environ
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # kernels run in Triton's interpreter (no launch metadata)
 
 
 def emit_elementwise(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> str:
@@ -308,7 +309,9 @@ class RegionKernel:
             args, options = self._arguments(launch, inputs, outs, dev)
             if precompile._PENDING:  # compiling in the background: wait for it rather than compile it again
                 precompile.wait_for(self.key, self.config)
-            if self.config.cluster and dev.type == "cuda":  # compiled as one program a CTA, launched as clusters
+            if self.config.cluster and dev.type == "cuda" and not _INTERPRET:  # one program a CTA, in clusters
+                if torch.cuda.get_device_capability(dev) < (9, 0):
+                    raise NotExpressible("thread-block clusters need sm_90 or newer")
                 cluster_launch(self.fn.warmup(*args, grid=launch.grid, **options), self.config.split)
                 self.fn[(launch.grid[0] // self.config.split,)](*args, **options)
             else:
@@ -338,9 +341,7 @@ def cluster_launch(compiled: Any, size: int) -> None:
     """Make ``compiled`` (a Triton kernel compiled for one CTA a program) launch as thread-block clusters of ``size``
     programs: Triton's launcher (3.5-3.9) reads the cluster size from the packed metadata's ``num_ctas``, multiplies
     the grid by it and sets the cluster attribute (``size`` 16 as non-portable). Idempotent; raises
-    ``NotExpressible`` where the metadata has another layout or the GPU has no clusters (before sm_90)."""
-    if torch.cuda.get_device_capability() < (9, 0):
-        raise NotExpressible("thread-block clusters need sm_90 or newer")
+    ``NotExpressible`` where the metadata has another layout. The caller checks the GPU has clusters (sm_90)."""
     packed = tuple(compiled.packed_metadata)
     if len(packed) == 3:  # (num_warps, num_ctas, shared)
         compiled.packed_metadata = (packed[0], size, packed[2])

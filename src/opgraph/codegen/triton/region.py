@@ -498,7 +498,8 @@ class RegionEmitter:
         They are resident: a row's programs are consecutive, the grid is dispatched in order (observed, not
         promised by CUDA) and there are at most as many as multiprocessors, each of which holds one (a row split
         into more is refused: VGG16's 512 parts hung). A kernel running beside it on another stream could still
-        take those multiprocessors; opgraph launches on one stream."""
+        take those multiprocessors; opgraph launches on one stream. Launched as clusters (``Config.cluster``), the
+        parts meet at the cluster's barrier instead, which the hardware schedules whole: no counter, no bound."""
         split = self.config.split
         group = self.barriers
         self.barriers += 1
@@ -512,7 +513,7 @@ class RegionEmitter:
         self.emit("tl.debug_barrier()")  # every thread's partial is written before the (releasing) arrival
         if self.config.cluster:  # the cluster's hardware barrier; the loads below are addressed after it
             token = self.fresh("tok")
-            self.emit(f"{token} = og_cluster_sync(row * 0 + {group})")
+            self.emit(f"{token} = og_cluster_sync((row * 0 + {group}).to(tl.int32))")
             base = f"ws + (row * {MAX_BARRIERS} + {token}) * {WS_PARTS * split}"
         else:
             counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
