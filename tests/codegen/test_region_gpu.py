@@ -88,6 +88,47 @@ def test_split_reduction_replays_in_a_cuda_graph(case: str) -> None:
             torch.testing.assert_close(got, plain.run(static)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dt", [og.float32, og.bfloat16])
+@pytest.mark.parametrize("split,looped", [(2, False), (4, True), (16, False)])
+@pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_cluster_split_rows_match_unfused(case: str, split: int, looped: bool, dt: og.DType) -> None:
+    """Split rows launched as thread-block clusters (``Config(cluster=True)``, sm_90): the parts meet at the
+    cluster's barrier. Rows with a NaN, a row of -inf and an offset row, new values at every launch, and a CUDA-graph
+    replay, against the unfused executable."""
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.codegen.triton.region import Config
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    rows, width = 6, 50001
+    g = og.Graph()
+    x = g.placeholder((rows, width), dt)
+    w = g.placeholder((width,), dt)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    rblock = 1024 if looped else 1 << (-(-width // split) - 1).bit_length()
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=rblock, num_warps=4, split=split,
+                                                        looped=looped, cluster=True))
+    assert "og_cluster_sync" in kernel.source and "atomic" not in kernel.source
+    plain = g.compile({x: x.type, w: w.type}, [y], device="cuda", descriptor=PLAIN)
+    static = [torch.randn(rows, width, device="cuda").to(dt.torch_dtype),
+              torch.randn(width, device="cuda").to(dt.torch_dtype)]
+    args = [static[0] if t is x else static[1] if t is w else t.op.payload.cuda() for t in ins]
+    kernel(*args)  # compiles, and allocates the workspace outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        (out,) = kernel(*args)
+    tol = dict(TOL[dt])
+    for k in range(4):
+        static[0].copy_(torch.randn(rows, width, device="cuda") * (k + 1))
+        static[0][1, 123] = float("nan")
+        static[0][3] = float("-inf")
+        static[0][4] += 100
+        want = plain.run(static)[0].float()
+        for got in (kernel(*args)[0], (graph.replay(), out)[1]):
+            torch.testing.assert_close(got.float(), want, equal_nan=True, **tol)
+
+
 @pytest.mark.parametrize("looped", [False, True], ids=["registers", "looped"])
 @pytest.mark.parametrize("split", [4, 8])
 @pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "variance", "rms_norm", "mean_keep", "max"])
