@@ -221,6 +221,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # compiled for a GPU: libdevice's
         # math-bound (RESULTS.md, eighteenth session).
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
                                          pack=1)
+
     @triton.jit
     def og_cluster_sync(token):
         # every program of the thread-block cluster arrives (releasing its writes) and waits (acquiring theirs);
