@@ -24,7 +24,6 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -48,6 +47,8 @@ except ImportError:  # pragma: no cover - the script needs a GPU and Triton
 OPS = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
 
 if triton is not None:
+    from opgraph.codegen.triton.prelude import og_cluster_sync  # the generated kernels' cluster barrier
+
     SOFTMAX, RMS_NORM, LAYER_NORM = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
     # a barrier that waits longer than this gives up (and counts it): a wrong occupancy never hangs the GPU
     SPIN_LIMIT = tl.constexpr(1 << 20)
@@ -184,20 +185,6 @@ if triton is not None:
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
-    if os.environ.get("TRITON_INTERPRET") == "1":  # no PTX there; the CPU test runs clusters of one program
-        @triton.jit
-        def _cluster_sync(token):  # type: ignore[no-untyped-def]
-            return token
-    else:
-        @triton.jit
-        def _cluster_sync(token):  # type: ignore[no-untyped-def]
-            """Every program of the thread-block cluster arrives (releasing its writes) and waits (acquiring
-            theirs): the hardware barrier of Hopper's clusters. Returns ``token`` through the asm, so what depends
-            on it cannot be moved above the barrier."""
-            return tl.inline_asm_elementwise("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;"
-                                             "\n\tmov.u32 $0, $1;", "=r,r", [token], dtype=tl.int32,
-                                             is_pure=False, pack=1)
-
     @triton.jit
     def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
                            eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
@@ -216,7 +203,7 @@ if triton is not None:
             tl.store(slot + part, a)
             tl.store(slot + SPLIT + part, c)
             tl.debug_barrier()  # the partials are stored before the arrival (and the asm is not moved above it)
-            tok = _cluster_sync(it)
+            tok = og_cluster_sync(it)
             seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
             every_a = tl.load(seen + parts, cache_modifier=".cg")
             every_c = tl.load(seen + SPLIT + parts, cache_modifier=".cg")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
+from ...ir.sources import CONSTANT
 from ...ops import activation as act
 from ...ops import elementwise as ew
 from ...ops import unary as un
@@ -35,12 +36,18 @@ _NON_NEGATIVE = frozenset({un.EXP, un.EXP2, act.SIGMOID, un.SQUARE, un.ABS, un.S
 
 
 def _constant(t: Tensor) -> Any:
+    """A constant's value (a variable's may change), else None."""
     op = t.op
-    return op.payload if op.op.name == "constant" and op.payload is not None and op.payload.numel() else None
+    return op.payload if op.op is CONSTANT and op.payload is not None and op.payload.numel() else None
 
 
-def bound(t: Tensor) -> float | None:
+_DEPTH = 16  # producers looked through by ``bound`` and ``non_negative`` (beyond: nothing known)
+
+
+def bound(t: Tensor, depth: int = _DEPTH) -> float | None:
     """An upper bound of ``|t|`` read from the ops that make it (None: none known)."""
+    if depth <= 0:
+        return None
     c = _constant(t)
     if c is not None:
         return float(c.abs().max())
@@ -48,15 +55,17 @@ def bound(t: Tensor) -> float | None:
     if op in (un.TANH, act.SIGMOID):
         return 1.0
     if op in (un.NEGATIVE, un.ABS) or (op is ew.CAST and t.dtype.is_floating) or op.fusion is FusionKind.INJECTIVE:
-        return bound(ins[0]) if ins else None
+        return bound(ins[0], depth - 1) if ins else None
     if op in (ew.MULTIPLY, ew.MAXIMUM, ew.MINIMUM):
-        a, b = bound(ins[0]), bound(ins[1])
+        a, b = bound(ins[0], depth - 1), bound(ins[1], depth - 1)
         return None if a is None or b is None else a * b if op is ew.MULTIPLY else max(a, b)
     return None
 
 
-def non_negative(t: Tensor) -> bool:
+def non_negative(t: Tensor, depth: int = _DEPTH) -> bool:
     """Whether every element of ``t`` is known to be >= 0 from the ops that make it."""
+    if depth <= 0:
+        return False
     c = _constant(t)
     if c is not None:
         return bool((c >= 0).all())
@@ -64,10 +73,10 @@ def non_negative(t: Tensor) -> bool:
     if op in _NON_NEGATIVE:
         return True
     if op in (ew.MAXIMUM, ew.MAXIMUM_NAN):
-        return non_negative(ins[0]) or non_negative(ins[1])
+        return non_negative(ins[0], depth - 1) or non_negative(ins[1], depth - 1)
     if op in (ew.MULTIPLY, ew.DIVIDE, ew.ADD):
-        return non_negative(ins[0]) and non_negative(ins[1])
-    return op.fusion is FusionKind.INJECTIVE and bool(ins) and non_negative(ins[0])
+        return non_negative(ins[0], depth - 1) and non_negative(ins[1], depth - 1)
+    return op.fusion is FusionKind.INJECTIVE and bool(ins) and non_negative(ins[0], depth - 1)
 
 
 def error_stays_relative(op: Operation, ops: Sequence[Operation]) -> bool:

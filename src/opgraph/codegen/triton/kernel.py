@@ -312,6 +312,7 @@ class RegionKernel:
             if self.config.cluster and dev.type == "cuda" and not _INTERPRET:  # one program a CTA, in clusters
                 if torch.cuda.get_device_capability(dev) < (9, 0):
                     raise NotExpressible("thread-block clusters need sm_90 or newer")
+                # at every launch: a compile thread finishing late may have put an unpatched kernel in the cache
                 cluster_launch(self.fn.warmup(*args, grid=launch.grid, **options), self.config.split)
                 self.fn[(launch.grid[0] // self.config.split,)](*args, **options)
             else:

@@ -233,5 +233,5 @@ else:
 
     @triton.jit
     def og_cluster_sync(token):
-        # the interpreter runs one program at a time: no cluster to wait for (tests launch a split kernel twice)
+        # the interpreter runs one program at a time: no cluster to wait for (tests launch again per barrier)
         return token

@@ -344,12 +344,12 @@ class RegionEmitter:
 
     def _eviction_mark(self, i: int, by_row: bool) -> str:
         """A mark on a load that ``source`` turns into an L2 eviction hint (``hints.resolve_eviction``), in row
-        reductions only: on loads of a row in a kernel that walks rows in steps or splits them (the walks are told
-        apart by loop), and on loads of a row-invariant input (a norm's weight), read again for every row."""
+        reductions only: on loads of a row in a kernel that walks rows in steps (the walks are told apart by loop),
+        and on loads of a row-invariant input (a norm's weight), read again for every row."""
         cfg = self.config
         if not cfg.reduction or self.inner_axis not in self.raxes:
             return ""
-        if by_row and not (cfg.looped or cfg.split > 1):
+        if by_row and not cfg.looped:  # a row held in registers is read once: no hint for it
             return ""
         return eviction_mark(i, by_row, self.scope.loop or 0)
 
