@@ -116,7 +116,11 @@ def test_a_launch_waits_for_its_source_still_compiling(recorders: dict[str, Reco
     recorders[kernel.source] = Recorder(gate)
     kernel._fn = None
     precompile.precompile(kernel, torch.device("cpu"))
-    assert (kernel.key, kernel.config) in precompile._PENDING
+    pending = precompile._PENDING[(kernel.key, kernel.config)]
+    deadline = time.monotonic() + 5
+    while not pending.running() and time.monotonic() < deadline:  # a job still queued is compiled by the launch
+        time.sleep(0.01)
+    assert pending.running()
     launched = threading.Thread(target=kernel, args=(torch.randn(64, 64),))
     launched.start()
     launched.join(0.2)
