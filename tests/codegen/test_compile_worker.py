@@ -277,17 +277,15 @@ def test_workers_start_ahead_one_per_compile_thread_and_stop_once_their_job_is_d
     busy: list[object] = []
     try:
         precompile.start_workers()
-        for _ in range(200):
-            if len(precompile._LIVE) == n:
-                break
+        deadline = time.monotonic() + 60  # n processes importing torch on a loaded machine
+        while len(precompile._LIVE) < n and time.monotonic() < deadline:
             time.sleep(0.05)
         workers = list(precompile._LIVE)
         assert len(workers) == n and all(w.process.poll() is None for w in workers)  # type: ignore[attr-defined]
         processes = [w.process for w in workers]  # type: ignore[attr-defined]
         busy = [precompile._submit(lambda: gate.wait(10)) for _ in range(n)]  # every thread in a job
-        for _ in range(200):
-            if all(f.running() for f in busy):  # type: ignore[attr-defined]
-                break
+        deadline = time.monotonic() + 60
+        while not all(f.running() for f in busy) and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.01)
         assert not precompile.stop_workers(wait_s=0.3)  # busy threads stop theirs after the job
         gate.set()

@@ -151,7 +151,7 @@ def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str]
     em.emit(f"{asum} = {asum} * tl.where({new} == float(\"-inf\"), 0.0, tl.exp({am} - {new})) + "
            f"tl.where({v} != {v}, {v}, tl.where({new} == float(\"-inf\"), 0.0, tl.exp({v} - {new})))")
     em.emit(f"{am} = {new}")
-    em.close_loop()
+    em.close_scope()
     m = em.reduce_tile("max", am, ct)
     scale = f"tl.where({am} == float(\"-inf\"), 0.0, tl.exp({am} - {m}))"
     s = em.reduce_tile("sum", f"{asum} * {scale}", ct)

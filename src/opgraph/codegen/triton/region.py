@@ -32,15 +32,13 @@ from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind
 from ...ops import gradient_support as gs
 from ...ops import reduce as rd
-from . import configs
 from . import indexing as ix
+from . import split_parts
 from ._text import (
     FULL_ROW,
     INT_NEUTRAL,
-    MAX_BARRIERS,
     NAME_PATTERN,
     NEUTRAL,
-    PARTS_AT_ONCE,
     TILE_REDUCE,
     WS_PARTS,
     broadcasts,
@@ -51,7 +49,7 @@ from ._text import (
     kernel_name,
     literal,
 )
-from .configs import Config, candidate_configs, default_config, float32_statistics
+from .configs import Config, candidate_configs, default_config
 from .expr import ExprContext, NotExpressible, compute_type, expression, storage_type, to_storage
 from .hints import APPROXIMABLE, error_stays_relative, eviction_mark, resolve_eviction
 from .indexing import Index
@@ -109,7 +107,7 @@ class RegionEmitter:
         self.counter = 0
         self.barriers = 0
         self.partials: list[tuple[str, str, str]] = []  # (name, kind, type) of each statistic a column part sums
-        self._finishing = False  # emitting the last part's code (which may use them)
+        self.finishing = False  # emitting the last part's code (which may use them)
         self.loops = 0  # loops over the rows opened so far
         self.loaded_in: dict[int, set[int | None]] = {}  # input -> the loops reading it (None: outside)
         self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
@@ -181,7 +179,7 @@ class RegionEmitter:
         return self.size(self.domain, k)
 
     def emit(self, line: str) -> None:
-        if self.partials and not self._finishing and {n for n, _, _ in self.partials} & set(NAME_PATTERN.findall(line)):
+        if self.partials and not self.finishing and {n for n, _, _ in self.partials} & set(NAME_PATTERN.findall(line)):
             # a split column part holds only its rows' statistics: nothing but the last part may use them
             raise NotExpressible("a statistic of a split column reduction is used before the parts are combined")
         self.scope.lines.append(self.scope.indent + line)
@@ -457,8 +455,8 @@ class RegionEmitter:
             if self.early and self.early_loop is None:  # stored while their inputs are in registers
                 self.early_loop = self.loops
                 for j, t in self.early:
-                    self.emit(self._store(j, t))
-            self.close_loop()
+                    self.emit(self.store_line(j, t))
+            self.close_scope()
             names = [self.reduce_tile(kind, acc, ct) for acc, (kind, _, ct) in zip(accs, parts, strict=True)]
             if self.column_split:  # partial over this program's rows: completed in the last part
                 self.partials += [(n, kind, ct) for n, (kind, _, ct) in zip(names, parts, strict=True)]
@@ -493,40 +491,8 @@ class RegionEmitter:
         return [self.reduce_tile(kind, every, ct) for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
 
     def exchange(self, partials: list[str]) -> list[str]:
-        """Each program's row partials ([XBLOCK, 1]) as [XBLOCK, split] tiles of every program of the row: each
-        writes its partials to the workspace, counts itself in at the row's barrier and waits for the others.
-        They are resident: a row's programs are consecutive, the grid is dispatched in order (observed, not
-        promised by CUDA) and there are at most as many as multiprocessors, each of which holds one (a row split
-        into more is refused: VGG16's 512 parts hung). A kernel running beside it on another stream could still
-        take those multiprocessors; opgraph launches on one stream. Launched as clusters (``Config.cluster``), the
-        parts meet at the cluster's barrier instead, which the hardware schedules whole: no counter, no bound."""
-        split = self.config.split
-        group = self.barriers
-        self.barriers += 1
-        if len(partials) > WS_PARTS or self.barriers > MAX_BARRIERS:
-            raise NotExpressible("too many statistics for a split reduction")
-        base = f"ws + (row * {MAX_BARRIERS} + {group}) * {WS_PARTS * split}"
-        slot = self.fresh("ws")
-        self.emit(f"{slot} = {base} + part")
-        for k, p in enumerate(partials):
-            self.emit(f"tl.store({slot} + {k * split} + tl.zeros([XBLOCK, 1], tl.int32), {p}.to(tl.float32))")
-        self.emit("tl.debug_barrier()")  # every thread's partial is written before the (releasing) arrival
-        if self.config.cluster:  # the cluster's hardware barrier; the loads below are addressed after it
-            token = self.fresh("tok")
-            self.emit(f"{token} = og_cluster_sync((row * 0 + {group}).to(tl.int32))")
-            base = f"ws + (row * {MAX_BARRIERS} + {token}) * {WS_PARTS * split}"
-        else:
-            counter = f"cnt + row * {MAX_BARRIERS + 1} + {group}"
-            self.emit(f"tl.atomic_add({counter}, 1)")
-            self.emit(f"while tl.load({counter}, volatile=True) < {split}:")  # plain L2 reads: no atomic traffic
-            self.emit("    pass")
-        out = []
-        for k in range(len(partials)):
-            every = self.fresh("all")
-            self.emit(f"{every} = tl.load({base} + {k * split} + tl.arange(0, {split})[None, :], "
-                      f"cache_modifier=\".cg\")")
-            out.append(every)
-        return out
+        """Every program's row partials, as tiles over the row's parts (``split_parts.exchange``)."""
+        return split_parts.exchange(self, partials)
 
     @property
     def column_split(self) -> bool:
@@ -538,9 +504,9 @@ class RegionEmitter:
         """Store full-size outputs in a loop over the rows (this part's, in a split column reduction)."""
         if fulls:
             self.open_loop()
-            for line in [self._store(j, t) for j, t in fulls]:
+            for line in [self.store_line(j, t) for j, t in fulls]:
                 self.emit(line)
-            self.close_loop()
+            self.close_scope()
 
     def _uses_statistics(self, t: Tensor) -> bool:
         """``t`` is computed from a reduction of this region."""
@@ -556,42 +522,6 @@ class RegionEmitter:
             stack.extend(op.inputs)
         return False
 
-    def _finish_in_last_part(self, rows: list[tuple[int, Tensor]]) -> None:
-        split = self.config.split
-        if len(self.partials) > WS_PARTS:
-            raise NotExpressible("too many statistics for a split column reduction")
-        self._finishing = True
-        cols = "tl.arange(0, XBLOCK)[:, None]"
-        for k, (name, _, _) in enumerate(self.partials):
-            self.emit(f"tl.store(ws + ((tile * {split} + part) * {WS_PARTS} + {k}) * XBLOCK + {cols}, "
-                      f"{name}.to(tl.float32))")
-        self.emit("tl.debug_barrier()")  # every thread's partials are written before the (releasing) count
-        counter = f"cnt + tile * {MAX_BARRIERS + 1}"
-        self.emit(f"if tl.atomic_add({counter}, 1) == {split - 1}:")
-        scope = _Scope(mask=self.scope.mask, parent=self.scope, indent=self.scope.indent + "    ")
-        self.scope = scope
-        # the parts' partials, PARTS_AT_ONCE at a time (a [XBLOCK, split] tile of 1024 parts is 512 values a
-        # thread of 4 warps), in the same order on every launch: the same sums
-        step = min(split, PARTS_AT_ONCE)
-        accs = [self.fresh("acc") for _ in self.partials]
-        for acc, (_, kind, _) in zip(accs, self.partials, strict=True):
-            self.emit(f"{acc} = tl.full([XBLOCK, {step}], {NEUTRAL[kind]}, tl.float32)")
-        first = self.fresh("p")
-        self.emit(f"for {first} in range(0, {split}, {step}):")
-        parts = f"(tile * {split} + {first} + tl.arange(0, {step})[None, :]) * {WS_PARTS}"
-        for k, (acc, (_, kind, _)) in enumerate(zip(accs, self.partials, strict=True)):
-            every = self.fresh("all")
-            self.emit(f"    {every} = tl.load(ws + ({parts} + {k}) * XBLOCK + {cols}, cache_modifier=\".cg\")")
-            self.emit(f"    {acc} = {combine(kind, acc, every)}")
-        for acc, (name, kind, ct) in zip(accs, self.partials, strict=True):
-            self.emit(f"{name} = {TILE_REDUCE[kind].format(acc)}[:, None].to({ct})")
-        for j, t in rows:
-            self.emit(self._store(j, t))
-        self.emit(f"tl.atomic_xchg({counter}, 0)")  # ready for the next launch
-        self.scope = self.top
-        self.top.lines.extend(scope.lines)
-        self._finishing = False
-
     def _neutral(self, kind: str, ct: str) -> str:
         if "float" in ct:
             return NEUTRAL[kind]
@@ -605,11 +535,6 @@ class RegionEmitter:
         name = self.fresh("s")
         self.emit(f"{name} = {TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
-
-    def _emit_chunk(self) -> None:
-        """``chunk``: the reduced elements each of the ``split`` parts walks, in whole ``RBLOCK`` steps."""
-        split = self.config.split
-        self.emit(f"chunk = (({self.reduced_count()} + {split - 1}) // {split} + RBLOCK - 1) // RBLOCK * RBLOCK")
 
     def open_loop(self) -> _Scope:
         self.loops += 1
@@ -635,7 +560,13 @@ class RegionEmitter:
         self._set_domain_index("xi", ri)
         return scope
 
-    def close_loop(self) -> None:
+    def open_branch(self) -> _Scope:
+        """A scope for the body of an ``if`` just emitted (the current mask, one indent deeper)."""
+        self.scope = _Scope(mask=self.scope.mask, parent=self.scope, indent=self.scope.indent + "    ")
+        return self.scope
+
+    def close_scope(self) -> None:
+        """Back to the enclosing scope, the closed one's lines (and a loop's hoisted reads) appended to it."""
         scope = self.scope
         assert scope.parent is not None
         self.scope = scope.parent
@@ -666,7 +597,7 @@ class RegionEmitter:
                 conds.append(f"({full[k]} == 0)")
         return tuple(idx), conds, row_level
 
-    def _store(self, j: int, t: Tensor) -> str:
+    def store_line(self, j: int, t: Tensor) -> str:
         idx, conds, row_level = self.store_index(t)
         value = self.value(t, idx)
         offset = self._flat_offset(t, idx) if t.rank else "0"
@@ -699,7 +630,7 @@ class RegionEmitter:
             self.emit(f"mask = offs < {numel}")
             self._set_domain_index("offs", None)
             self.top.memo[("rowindex",)] = self.top.memo[("domain",)]
-            stores = [self._store(j, t) for j, t in enumerate(self.outputs)]
+            stores = [self.store_line(j, t) for j, t in enumerate(self.outputs)]
             for line in stores:
                 self.emit(line)
         else:
@@ -707,31 +638,9 @@ class RegionEmitter:
             if cfg.cluster and (cfg.split == 1 or self.column_split):
                 raise NotExpressible("a cluster launch is for a row split into parts that meet at a barrier")
             if self.column_split:
-                if not cfg.looped:
-                    raise NotExpressible("a split column reduction walks its part's rows")
-                if not float32_statistics(self.reductions):
-                    raise NotExpressible("a split column reduction of integers or float64")
-                self.partials = []
-                self.emit(f"tile = {pid} // {cfg.split}")
-                self.emit(f"part = {pid} % {cfg.split}")
-                self.emit("xi = tile * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
-                self._emit_chunk()
+                split_parts.open_column_split(self, pid)
             elif cfg.split > 1:
-                if cfg.xblock != 1:
-                    raise NotExpressible("a split row is one row a program (XBLOCK 1)")
-                sms = configs.multiprocessors()
-                if cfg.cluster and cfg.split > configs.MAX_CLUSTER:
-                    raise NotExpressible(f"a cluster of {cfg.split} programs: at most {configs.MAX_CLUSTER}")
-                if sms and cfg.split > sms and not cfg.cluster:  # the parts wait for each other: all resident
-                    raise NotExpressible(f"a row split into {cfg.split} parts: more than the {sms} multiprocessors "
-                                         f"sure to hold them all at once")
-                if not float32_statistics(self.reductions):  # the parts meet in a float32 workspace
-                    raise NotExpressible("a split row of integers or float64")
-                self.emit(f"row = {pid} // {cfg.split}")
-                self.emit(f"part = {pid} % {cfg.split}")
-                self.emit("xi = row + tl.arange(0, XBLOCK)[:, None]")
-                if cfg.looped:  # each part walks its chunk of the row (re-read from L2 in the final pass)
-                    self._emit_chunk()
+                split_parts.open_split_row(self, pid)
             else:
                 self.emit(f"xi = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
             if ix.is_int(xnumel) and int(xnumel) % cfg.xblock == 0:  # the grid holds no row past the end: a constant
@@ -771,21 +680,17 @@ class RegionEmitter:
                 if any(self._uses_statistics(t) for _, t in fulls):
                     raise NotExpressible("a split column reduction stores full values that use its statistics")
                 self._store_in_loop(fulls)
-                self._finish_in_last_part(rows)
+                split_parts.finish_in_last_part(self, rows)
                 rows, fulls = [], []
-            for line in [self._store(j, t) for j, t in rows]:
+            for line in [self.store_line(j, t) for j, t in rows]:
                 self.emit(line)
             if fulls and cfg.looped:
                 self._store_in_loop(fulls)
             elif fulls:
-                for line in [self._store(j, t) for j, t in fulls]:
+                for line in [self.store_line(j, t) for j, t in fulls]:
                     self.emit(line)
-            if cfg.split > 1 and self.barriers and not cfg.cluster:  # the last program resets the row's counters
-                done = f"cnt + row * {MAX_BARRIERS + 1} + {MAX_BARRIERS}"
-                self.emit(f"if tl.atomic_add({done}, 1) == {cfg.split - 1}:")
-                for g in range(self.barriers):
-                    self.emit(f"    tl.atomic_xchg(cnt + row * {MAX_BARRIERS + 1} + {g}, 0)")
-                self.emit(f"    tl.atomic_xchg({done}, 0)")
+            if cfg.split > 1 and self.barriers and not cfg.cluster:
+                split_parts.reset_row_counters(self)
         body = resolve_eviction(self.top.lines)
         if looping:  # a grid of ``programs`` walks the tiles; tl.range pipelines the next tile's loads
             per = "BLOCK" if not cfg.reduction else "XBLOCK"
