@@ -220,6 +220,10 @@ def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             compiled = kernel.fn.warmup(*args, grid=launch.grid, **options)  # after a worker's: from its cache
         _count("thread loads (worker-compiled)" if in_worker else "thread compiles", time.perf_counter() - start)
+        if kernel.config.cluster and device.type == "cuda":  # every cached copy launches as clusters, even one
+            from .kernel import cluster_launch  # that lands after a launch tired of waiting patched its own
+
+            cluster_launch(compiled, kernel.config.split)
         if device.type == "cuda" and not in_worker:  # a worker builds its own
             start = time.perf_counter()
             compile_worker.build_launcher(compiled)
