@@ -129,6 +129,15 @@ def build(spec: dict[str, Any]) -> tuple[og.Graph, list[Tensor], list[Tensor]]:
     return g, feeds, outs
 
 
+# views of contiguous values: free at run time (the keep-dims pass adds squeezes after fused epilogues)
+VIEWS = frozenset({"squeeze", "expand_dims", "reshape"})
+
+
+def _working(exe: og.Executable) -> int:
+    """The ops of ``exe``'s program that do work (views aside)."""
+    return sum(o.op.name not in VIEWS for o in exe.program.graph.ops)
+
+
 def check(spec: dict[str, Any]) -> int | None:
     """Compile ``spec``'s graph fused and unfused, run both, compare; the number of fused regions, or None
     for a graph not to judge (see the two ``return None``)."""
@@ -140,7 +149,7 @@ def check(spec: dict[str, Any]) -> int | None:
     fused = g.compile(types, outs, device="cpu", descriptor=FUSED)
     plain = g.compile(types, outs, device="cpu", descriptor=PLAIN)
     regions = sum(o.op.name == "fused_region" for o in fused.program.graph.ops)
-    assert len(fused.program.graph.ops) <= len(plain.program.graph.ops)
+    assert _working(fused) <= _working(plain)
     want = plain.run(values)
     if not all(bool(torch.isfinite(w).all()) for w in want):
         return None  # a 16-bit overflow in the unfused run (the fused one keeps float32 inside)

@@ -22,6 +22,8 @@ long column reduction (a bias gradient) to be worth a kernel.
 Before regions are formed, ops the generator refuses but ``passes.decompose`` writes with ops it accepts
 (group_norm, softmax_cross_entropy, and batch_norm_training as ``CompilationDescriptor.batch_norm_regions``
 chooses: by default those of 16- and 32-bit inputs on CUDA) are rewritten, so they fuse too (only here: with fusion on).
+Reductions that drop axes other than leading ones, and their elementwise epilogues, then take keep-dims form
+(``passes.keepdims``), so that the epilogues broadcast into the reduction's domain and join its region.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from ..ir.sources import ASSIGN
 from ..ops import elementwise as ew
 from ..ops import unary as un
 from ..ops.registry import attrs
+from .cse import common_subexpression_elimination
 from .decompose import BatchNormChoice, decompose_for_fusion
+from .keepdims import keep_reduced_dims
 from .program import Program
 from .recompute import CHEAP, FUSABLE, recompute_cheap_producers
 
@@ -214,8 +218,11 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     """
     if decompose:
         program = decompose_for_fusion(program, can_fuse, batch_norm, unchecked_indices)
+    program = keep_reduced_dims(program, can_fuse, reduced_axes)
+    copied = False
     if recompute:
-        program = recompute_cheap_producers(program, can_fuse, reduced_axes)
+        before, program = program, recompute_cheap_producers(program, can_fuse, reduced_axes)
+        copied = program is not before
     ops = program.graph.ops
     position = {id(o): k for k, o in enumerate(ops)}
     region_of: dict[int, int] = {}  # id(op) -> region number
@@ -334,8 +341,10 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                     progress = True
                     break
     assert not waiting, "region formation left ops unplaced"
-    return Program(new, [mapping[id(t)] for t in program.inputs], [mapping[id(t)] for t in program.outputs],
-                   [op_map[id(o)] for o in program.effects])
+    fused = Program(new, [mapping[id(t)] for t in program.inputs], [mapping[id(t)] for t in program.outputs],
+                    [op_map[id(o)] for o in program.effects])
+    # copies that joined no region (or the same one) are the same op twice: one is kept
+    return common_subexpression_elimination(fused) if copied else fused
 
 
 
