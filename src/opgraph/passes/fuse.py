@@ -201,6 +201,57 @@ def _small_read(region: _Region, t: Tensor) -> bool:
     return n is not None and n * SMALL_READ_RATIO <= largest
 
 
+class _RegionOrder:
+    """Which regions read from which, kept up to date as regions grow. ``depends`` of a value is recorded when its op
+    is placed (transitively, as the regions were then); a region that later takes in an op reading another region
+    comes to depend on that one as a whole (its fused op runs at once), and so do its earlier values and their
+    readers. A join is checked against the regions reading the joined one, not only ``depends`` (a layer norm's
+    gradient over non-trailing axes once made two regions each wait for the other)."""
+
+    def __init__(self) -> None:
+        self._reads: dict[int, set[int]] = {}  # a region -> every region its ops read from (through ``depends``)
+        self._readers: dict[int, set[int]] = {}  # the other way round
+        self._merged_into: dict[int, int] = {}
+        self._names: dict[int, set[int]] = {}  # a region -> its number and those of the regions merged into it
+
+    def _canon(self, r: int) -> int:
+        while r in self._merged_into:
+            r = self._merged_into[r]
+        return r
+
+    def reads_from(self, region: int, deps: frozenset[int] | set[int]) -> None:
+        region = self._canon(region)
+        reads = self._reads.setdefault(region, set())
+        if deps <= reads:  # the usual case, checked at C speed
+            return
+        for q in deps - reads:
+            reads.add(q)
+            self._readers.setdefault(self._canon(q), set()).add(region)
+
+    def merge(self, into: int, other: int) -> None:
+        """``other`` (read by no op outside it) joins ``into``, whose earlier values now depend on what it reads."""
+        self._merged_into[other] = into
+        self._names.setdefault(into, {into}).update(self._names.pop(other, {other}))
+        self._readers.setdefault(into, set()).update(self._readers.pop(other, set()))
+        self.reads_from(into, self._reads.pop(other, set()))
+
+    def reaches(self, deps: frozenset[int], region: int) -> bool:
+        """A value depending on the regions ``deps`` depends, through them, on ``region``: one of them is
+        ``region`` or reads from it, now."""
+        start = self._canon(region)
+        stack, seen = [start], {start}
+        while stack:
+            r = stack.pop()
+            if not self._names.get(r, {r}).isdisjoint(deps):
+                return True
+            for p in self._readers.get(r, ()):
+                p = self._canon(p)
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return False
+
+
 def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]],
                  can_emit: Callable[[list[Operation], list[Tensor], list[Tensor]], bool] | None = None,
@@ -228,7 +279,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
     region_of: dict[int, int] = {}  # id(op) -> region number
     regions: list[_Region] = []
     depends: dict[int, frozenset[int]] = {}  # id(tensor) -> regions it (transitively) depends on
-    absorbed: dict[int, set[int]] = {}  # a region -> the regions merged into it (``depends`` may name those)
+    order = _RegionOrder()  # what each region reads from, kept up to date as regions grow (``depends`` is not)
     # a reader left unsealing waits for the region's fused op, which may move it past a later op: only pure
     # fusable readers (no opaque op, whose order may matter: random numbers), and not in programs with assigns
     # (a variable's reader moved past its assign would see the new value)
@@ -244,8 +295,7 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                 if r is None or not _joinable(regions[r], op, reduced_axes):
                     continue
                 others = [u for u in op.inputs if region_of.get(id(u.op)) != r]
-                held = absorbed.get(r, set())  # dependencies recorded before a merge name the merged region
-                if all(r not in (d := depends.get(id(u), frozenset())) and held.isdisjoint(d) for u in others):
+                if not any(order.reaches(depends.get(id(u), frozenset()), r) for u in others):
                     joined = r
                     break
             if joined is None:
@@ -260,13 +310,14 @@ def fuse_regions(program: Program, can_fuse: Callable[[Operation], bool],
                         merged = regions[joined].ops + regions[r2].ops
                         regions[joined].ops = sorted(merged, key=lambda o: position[id(o)])
                         regions[r2] = _Region()
-                        absorbed.setdefault(joined, set()).update({r2}, absorbed.pop(r2, set()))
+                        order.merge(joined, r2)
                         regions[r2].sealed = True
             region = regions[joined]
             if op.op.fusion is FusionKind.REDUCTION and region.domain is None:
                 region.domain = (op.inputs[0].shape, reduced_axes(op))
             region_of[id(op)] = joined
             region.ops.append(op)
+            order.reads_from(joined, deps)
             if op.op.fusion is FusionKind.REDUCTION or any(id(t) in region.derived for t in op.inputs):
                 region.derived.add(id(op.outputs[0]))
         for t in op.inputs:  # an outside reader seals the region it reads from, unless it reads a small value
