@@ -1,5 +1,6 @@
-"""Every script in ``benchmarks/`` answers ``--help`` (exit 0, its usage and description) without a GPU: the
-scripts are run by people on machines CI never sees, so at least their argument parsing and imports are checked."""
+"""Every script in ``benchmarks/`` and ``scripts/`` answers ``--help`` (exit 0, its usage and description)
+without a GPU: the scripts are run by people on machines CI never sees, so at least their argument parsing and
+imports are checked."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = sorted(p for p in (Path(__file__).parents[1] / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+SCRIPTS = sorted(p for folder in ("benchmarks", "scripts") for p in (Path(__file__).parents[1] / folder).glob("*.py")
+                 if not p.name.startswith("_"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
