@@ -15,7 +15,7 @@ from ..progress import kernel_started
 from ._text import inlinable_scalar
 from .expr import EXPRESSIONS, NotExpressible
 from .indexing import INDEX_RULES
-from .kernel import region_kernel
+from .kernel import DynamicBroadcast, region_kernel
 from .reductions import REDUCTIONS
 from .region import RegionEmitter
 
@@ -83,11 +83,18 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     name = kernel.ops[0] + (f" +{len(kernel.ops) - 1} ops" if len(kernel.ops) > 1 else "")
     fresh = [True]  # the first launch compiles (and tunes): reported to an executable's first run
 
+    unfused: list[Callable[..., list[Any]]] = []  # made on first need
+
     def launch(xs: tuple[Any, ...], out: Any) -> list[Any]:
         if fresh[0]:
             fresh[0] = False
             kernel_started(name)
-        return kernel(*xs, out=out, device=device)
+        try:
+            return kernel(*xs, out=out, device=device)
+        except DynamicBroadcast:  # dynamic dims that broadcast at run time: the steps one by one, in PyTorch
+            if not unfused:
+                unfused.append(_unfused(ops, inputs, outputs, device, ctx.options))
+            return unfused[0](*xs)
 
     if len(outputs) == 1:
         def one(*xs: Any, out: Any = None) -> Any:
@@ -103,6 +110,23 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     fn.inplace_ok = kernel.inplace_ok
     fn.kernel = kernel
     return fn
+
+
+def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], device: Any,
+             options: Any) -> Callable[..., list[Any]]:
+    """The region's steps run one after another by their own lowerings (what an unfused executable runs)."""
+    fns = [(op, op.op.lower(LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
+                                         device, options))) for op in ops if op.op.lower is not None]
+
+    def run(*xs: Any) -> list[Any]:
+        env = {id(t): x for t, x in zip(inputs, xs, strict=True)}
+        for op, fn in fns:
+            result = fn(*(env[id(t)] for t in op.inputs))
+            for t, v in zip(op.outputs, result if len(op.outputs) > 1 else (result,), strict=True):
+                env[id(t)] = v
+        return [env[id(t)] for t in outputs]
+
+    return run
 
 
 FUSED_REGION.lower = _lower_fused

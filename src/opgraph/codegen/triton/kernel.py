@@ -107,6 +107,12 @@ def load_kernel(source: str, cache_dir: Path | None = None) -> Any:
 
 
 # ---- the launcher ------------------------------------------------------------------------------------------
+class DynamicBroadcast(ExecutionError):
+    """A dynamic dim of a region's value, taken to be the domain's when the kernel was written, differs from it at
+    run time (a 1 that broadcasts, as NumPy allows): the kernel would compute the wrong elements, so the region runs
+    unfused instead (``fused._lower_fused``)."""
+
+
 @dataclass(frozen=True)
 class _Launch:
     grid: tuple[int, ...]
@@ -253,6 +259,7 @@ class RegionKernel:
             for op, attrs, reads in self.steps:  # concrete shapes of every value of the region
                 ins = tuple(TensorType(values[k], self.value_types[k].dtype) for k in reads)
                 values.append(tuple(int(d) for d in infer_types(op, attrs, ins)[0].shape))  # type: ignore[arg-type]
+            self._check_dynamic_dims(values)
         else:
             values.extend(tuple(int(d or 0) for d in t.shape) for t in self.value_types[len(shapes):])
         ints = tuple(values[v][k] for v, k in self.symbols)
@@ -267,6 +274,36 @@ class RegionKernel:
         self._launches[shapes] = launch
         return launch
 
+    def _check_dynamic_dims(self, values: Sequence[tuple[int, ...]]) -> None:
+        """Raise ``DynamicBroadcast`` where run-time sizes break what the kernel was written for, which took the
+        dynamic dims of its values to match (right-aligned): an output stored at the domain's index must have the
+        domain's dynamic dims (one of size 1 would be stored past its end, a larger one cut short), and so must
+        every reduction's input. In a reduction's region the emitter also indexes each computed operand of an
+        elementwise op at that op's own index (``RegionEmitter._elementwise``), so their dynamic dims must agree
+        too. Inputs of size 1 broadcast in the kernel itself (their index is 0 where their size is 1)."""
+        number, _ = self.domain
+        domain = values[number]
+        first = len(self.in_types)
+
+        def agree(k: int, target: tuple[int, ...]) -> bool:
+            lead = len(target) - len(values[k])
+            return all(d is not None or (lead + j >= 0 and size == target[lead + j])
+                       for j, (d, size) in enumerate(zip(self.value_types[k].shape, values[k], strict=True)))
+
+        def reduction(k: int) -> bool:
+            return k >= first and self.steps[k - first][0].fusion is FusionKind.REDUCTION
+
+        bad = [k for k in self.out_numbers if not reduction(k) and not agree(k, domain)]
+        for n, (op, _, reads) in enumerate(self.steps):
+            if op.fusion is FusionKind.REDUCTION:
+                bad += [k for k in reads[:1] if not agree(k, domain)]
+            elif op.fusion is FusionKind.ELEMENTWISE and self.config.reduction:
+                bad += [k for k in reads if k >= first and not agree(k, values[first + n])]
+        if bad:
+            k = bad[0]
+            raise DynamicBroadcast(f"fused region ({', '.join(self.ops)}): a value of type {self.value_types[k]} has "
+                                   f"shape {values[k]} at run time, against the kernel's domain {domain}")
+
     def _may_write(self, j: int, given: torch.Tensor, inputs: Sequence[torch.Tensor]) -> bool:
         """Output ``j`` may go into ``given``: every input in its memory is one this configuration reads only where
         it writes output ``j`` (the planner chose the pair for the default configuration; tuning may pick
@@ -280,6 +317,8 @@ class RegionKernel:
         for i, (x, t) in enumerate(zip(inputs, self.in_types, strict=True)):
             if x.dtype != t.dtype.torch_dtype:
                 raise ExecutionError(f"input {i}: expected {t}, got shape {tuple(x.shape)} and {x.dtype}")
+        if self.symbols or not all(t.is_static for t in self.in_types):  # before tuning: DynamicBroadcast
+            self._launch(tuple(tuple(x.shape) for x in inputs))
         if self.strided is not None and not all(x.is_contiguous() for x in inputs):
             inner = self._inner_axis(inputs)
             variant = self._strided.get(inner)

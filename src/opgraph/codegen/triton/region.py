@@ -292,9 +292,11 @@ class RegionEmitter:
                 args.append("0")
                 continue
             made = self.made.get(id(t))
-            reduced = made is not None and made.op.fusion is FusionKind.REDUCTION  # kept dims are the domain's
+            # a reduction's kept dims are the domain's; in a reduction's region, a computed operand's dynamic dims
+            # are this op's (the kernel checks that at launch: RegionKernel._check_dynamic_dims)
+            same = made is not None and (made.op.fusion is FusionKind.REDUCTION or self.config.reduction)
             args.append(self.value(t, ix.broadcast_index(index, out_sizes, [self.size(t, k) for k in range(t.rank)],
-                                                         dynamic_ones=not reduced)))
+                                                         dynamic_ones=not same)))
         r_dep = any(self.depends_on_r(a) for a in args) or self.depends_on_r(",".join(index))
         approximate = op.op in APPROXIMABLE and error_stays_relative(op, self.ops)
         ctx = ExprContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
