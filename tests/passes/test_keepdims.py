@@ -135,3 +135,29 @@ def test_gradients_through_a_fused_epilogue_match_finite_differences() -> None:
             e[i, j] = 1e-6
             fd[i, j] = (f(value + e) - f(value - e)) / 2e-6
     torch.testing.assert_close(got, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_softmax_written_by_hand_without_keepdims_is_one_kernel() -> None:
+    """``expand_dims`` of the squeezed max and sum undoes the squeeze: it reads the keep-dims values instead."""
+    def build(g: og.Graph, x: Tensor) -> list[Tensor]:
+        m = g.expand_dims(g.reduce_max(x, axes=(1,)), (1,))
+        e = g.exp(x - m)
+        return [e / g.expand_dims(g.reduce_sum(e, axes=(1,)), (1,))]
+
+    def oracle(v: np.ndarray) -> list[np.ndarray]:
+        e = np.exp(v - v.max(1, keepdims=True))
+        return [e / e.sum(1, keepdims=True)]
+
+    exe = _both(build, (5, 24), oracle)
+    assert len(_regions(exe)) == 1
+
+
+def test_a_chain_that_a_fusable_op_reads_squeezed_is_left_as_it_is() -> None:
+    """A second reduction reads the row sums' epilogue as squeezed: a squeeze would stand between them, so the
+    chain keeps its shape (the pass returns the program unchanged)."""
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    t = g.tanh(g.reduce_sum(x, axes=(1,)))
+    y = g.reduce_sum(t, axes=(0,))
+    program = _program(g, [x], [y])
+    assert keep_reduced_dims(program, can_fuse, reduced_axes) is program

@@ -7,7 +7,9 @@ kernel: a second kernel reads the row values back. Here such a reduction keeps i
 convention) and the elementwise ops reading it work on that shape, their other operands given the same size-1
 axes (``expand_dims``, a view); a ``squeeze`` (a view) hands the old shape to every reader that is not rewritten.
 The squeezes sink through chains of epilogue ops, link by link, and end outside the region, where they cost
-nothing. A column reduction, whose result already broadcasts into its domain, is left as it is.
+nothing; an ``expand_dims`` that undoes one reads the keep-dims value instead (softmax written by hand). A chain is
+left as it is where another fusable op reads one of its values as squeezed (a second reduction, a broadcast): the
+squeeze would stand between them. So is a column reduction, whose result already broadcasts into its domain.
 
     >>> import opgraph as og
     >>> g = og.Graph()
@@ -30,6 +32,8 @@ from .builder import fresh_name
 from .dce import dead_code_elimination
 from .program import Program, readers, rewrite
 
+Form = tuple[tuple[int, ...], int]  # (the reduced axes, now of size 1; the rank)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Kept:
@@ -40,10 +44,11 @@ class _Kept:
     rank: int
 
 
-def _kept_shape_of(t: Tensor, kept: _Kept) -> bool:
-    """``t`` has the shape ``kept.value`` has without its size-1 axes."""
-    squeezed = tuple(d for k, d in enumerate(kept.value.shape) if k not in kept.axes)
-    return tuple(t.shape) == squeezed
+def _kept_shape(t: Tensor, form: Form) -> tuple[object, ...]:
+    """``t``'s shape (a squeezed one) with the reduced axes put back as size 1."""
+    axes, rank = form
+    dims = iter(t.shape)
+    return tuple(1 if k in axes else next(dims) for k in range(rank))
 
 
 def _aligned(t: Tensor, kept: _Kept, g: GraphCore, name: str) -> Tensor:
@@ -59,21 +64,86 @@ def _aligned(t: Tensor, kept: _Kept, g: GraphCore, name: str) -> Tensor:
     return g._add_op(shape.EXPAND_DIMS, [t], shape.AxesAttrs(inserted), name).outputs[0]
 
 
+class _Plan:
+    """Which ops of the old graph take keep-dims form: reductions and the elementwise chains after them, grouped
+    into chains (one per reduction, joined where an op reads two); a chain one of whose values a fusable op would
+    read squeezed is dropped whole."""
+
+    def __init__(self, program: Program, can_fuse: Callable[[Operation], bool],
+                 reduced_axes: Callable[[Operation], tuple[int, ...]]) -> None:
+        self.by_reader = readers(program)
+        self.can_fuse = can_fuse
+        self.form: dict[int, Form] = {}  # id(old tensor) -> its form, for values that take one
+        self._chain: dict[int, int] = {}  # id(old op) -> a member of its chain (union-find)
+        members: list[Operation] = []
+        for op in program.graph.ops:
+            form = self._reduction_form(op, reduced_axes) if op.op.fusion is FusionKind.REDUCTION else \
+                self._epilogue_form(op)
+            if form is not None:
+                self.form[id(op.outputs[0])] = form
+                members.append(op)
+        dropped = {self._root(op) for op in members if self._read_squeezed(op.outputs[0])}
+        self.ops = {id(op) for op in members if self._root(op) not in dropped}
+
+    def elementwise(self, op: Operation) -> bool:
+        return op.op.fusion is FusionKind.ELEMENTWISE and len(op.outputs) == 1 and self.can_fuse(op)
+
+    def _reduction_form(self, op: Operation, reduced_axes: Callable[[Operation], tuple[int, ...]]) -> Form | None:
+        if getattr(op.attrs, "keepdims", None) is not False or len(op.outputs) != 1 or not self.can_fuse(op):
+            return None
+        x, y = op.inputs[0], op.outputs[0]
+        axes = tuple(sorted(a % x.rank for a in reduced_axes(op))) if x.rank else ()
+        if axes == tuple(range(len(axes))):  # none, or leading axes: y broadcasts into the domain as it is
+            return None
+        if not any(self.elementwise(r) and r.outputs[0].shape == y.shape for r in self.by_reader.get(id(y), [])):
+            return None
+        self._chain[id(op)] = id(op)
+        return axes, x.rank
+
+    def _epilogue_form(self, op: Operation) -> Form | None:
+        if not self.elementwise(op):
+            return None
+        kept = [t for t in op.inputs if id(t) in self.form]
+        forms = {self.form[id(t)] for t in kept}
+        if len(forms) != 1:
+            return None
+        form = next(iter(forms))
+        y = op.outputs[0]
+        if any(t.rank > form[1] - len(form[0]) for t in op.inputs) or kept[0].shape != y.shape:
+            return None
+        self._chain[id(op)] = id(op)
+        for t in kept:  # one chain with those it reads
+            self._chain[self._root(t.op)] = self._root(op)
+        return form
+
+    def _root(self, op: Operation) -> int:
+        k = id(op)
+        while self._chain[k] != k:
+            k = self._chain[k]
+        return k
+
+    def _read_squeezed(self, t: Tensor) -> bool:
+        """A fusable op reads ``t`` and would take it squeezed: neither an epilogue on its keep-dims form nor an
+        ``expand_dims`` that undoes the squeeze."""
+        for r in self.by_reader.get(id(t), []):
+            if id(r.outputs[0]) in self.form or not self.can_fuse(r):
+                continue
+            if r.op is shape.EXPAND_DIMS and r.outputs[0].shape == _kept_shape(t, self.form[id(t)]):
+                continue
+            return True
+        return False
+
+
 def keep_reduced_dims(program: Program, can_fuse: Callable[[Operation], bool],
                       reduced_axes: Callable[[Operation], tuple[int, ...]]) -> Program:
     """``program`` with each fusable reduction whose result does not broadcast into its domain, and which an
     elementwise op of the same shape reads, in keep-dims form, with its elementwise readers (and theirs, in turn) on
     that form (module docstring). ``can_fuse(op)``: the code generator can write the op; ``reduced_axes(op)``: the
     input axes a reduction op reduces."""
-    by_reader = readers(program)
+    plan = _Plan(program, can_fuse, reduced_axes)
+    if not plan.ops:
+        return program
     names = {o.name for o in program.graph.ops}
-
-    def elementwise(op: Operation) -> bool:
-        return op.op.fusion is FusionKind.ELEMENTWISE and len(op.outputs) == 1 and can_fuse(op)
-
-    def epilogue_reads(t: Tensor) -> bool:
-        return any(elementwise(r) and r.outputs[0].shape == t.shape for r in by_reader.get(id(t), []))
-
     kept: dict[int, _Kept] = {}  # id(new squeeze output) -> the keep-dims value it squeezes
 
     def squeezed(op: Operation, form: _Kept, g: GraphCore) -> list[Tensor]:
@@ -83,32 +153,22 @@ def keep_reduced_dims(program: Program, can_fuse: Callable[[Operation], bool],
         return [out]
 
     def visit(op: Operation, ins: list[Tensor], g: GraphCore) -> list[Tensor] | None:
+        if op.op is shape.EXPAND_DIMS and id(ins[0]) in kept and \
+                op.outputs[0].shape == kept[id(ins[0])].value.shape:
+            return [kept[id(ins[0])].value]  # the squeeze undone: the keep-dims value itself
+        if id(op) not in plan.ops:
+            return None
+        axes, rank = plan.form[id(op.outputs[0])]
         if op.op.fusion is FusionKind.REDUCTION:
-            keepdims = getattr(op.attrs, "keepdims", None)
-            if keepdims is not False or len(op.outputs) != 1 or not can_fuse(op):
-                return None
-            x, y = op.inputs[0], op.outputs[0]
-            axes = tuple(sorted(a % x.rank for a in reduced_axes(op))) if x.rank else ()
-            if axes == tuple(range(len(axes))) or not epilogue_reads(y):  # leading axes: y broadcasts as it is
-                return None
-            attrs = dataclasses.replace(op.attrs, keepdims=True)
-            value = g._add_op(op.op, ins, attrs, op.name, op.payload).outputs[0]
-            return squeezed(op, _Kept(value, axes, x.rank), g)
-        if not elementwise(op):
-            return None
-        forms = {kept[id(t)] for t in ins if id(t) in kept}
-        if len({(f.axes, f.rank) for f in forms}) != 1:
-            return None
-        form = next(iter(forms))
-        if not _kept_shape_of(op.outputs[0], form) or any(t.rank > form.rank - len(form.axes) for t in ins):
-            return None
+            value = g._add_op(op.op, ins, dataclasses.replace(op.attrs, keepdims=True), op.name, op.payload)
+            return squeezed(op, _Kept(value.outputs[0], axes, rank), g)
+        form = next(kept[id(t)] for t in ins if id(t) in kept)
         new_ins = [kept[id(t)].value if id(t) in kept else
                    _aligned(t, form, g, fresh_name(f"{op.name}.expand_dims", names, g)) for t in ins]
-        value = g._add_op(op.op, new_ins, op.attrs, op.name, op.payload).outputs[0]
-        return squeezed(op, _Kept(value, form.axes, form.rank), g)
+        value = g._add_op(op.op, new_ins, op.attrs, op.name, op.payload)
+        return squeezed(op, _Kept(value.outputs[0], axes, rank), g)
 
-    result = rewrite(program, visit)
-    return dead_code_elimination(result) if kept else program  # the squeezes no reader kept
+    return dead_code_elimination(rewrite(program, visit))  # the squeezes no reader kept
 
 
 __all__ = ["keep_reduced_dims"]
