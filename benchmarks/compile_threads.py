@@ -111,17 +111,9 @@ def _compile_in_worker_for_sm90(kernel: Any, feed: list[torch.Tensor]) -> None:
     from opgraph.codegen.triton import compile_worker, precompile
     from opgraph.codegen.triton.kernel import kernel_file
 
-    launch = kernel._launch(tuple(tuple(x.shape) for x in feed))
     cuda = torch.device("cuda")  # only for the launch options a CUDA launch passes; nothing is allocated there
     ins = [compile_worker.stand_in(tuple(x.shape), x.dtype, cuda) for x in feed]
-    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, cuda) for s, t in zip(launch.out_shapes, kernel.out_types,
-                                                                                   strict=True)]
-    space = None
-    if kernel.config.split > 1:
-        sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
-        space = [compile_worker.stand_in((n,), d, cuda) for n, d in zip(sizes, (torch.float32, torch.int32),
-                                                                       strict=True)]
-    args, options = kernel._arguments(launch, ins, outs, cuda, space)
+    launch, args, options = precompile.stand_in_arguments(kernel, ins, cuda)
     path, module, function = kernel_file(kernel.source, kernel.cache_dir)
     job = compile_worker.Job(str(path), module, function, tuple(compile_worker.describe(a) for a in args),
                              launch.grid, tuple(options.items()), (9, 0), os.environ.get("TRITON_CACHE_DIR"))

@@ -23,7 +23,7 @@ import torch
 import opgraph as og
 from opgraph.cli._progress import Progress
 from opgraph.cli._table import format_table
-from opgraph.codegen.triton import compile_worker, configs
+from opgraph.codegen.triton import compile_worker, configs, precompile
 from opgraph.codegen.triton.configs import Config
 from opgraph.codegen.triton.expr import NotExpressible
 from opgraph.codegen.triton.kernel import RegionKernel, cluster_launch, region_kernel, region_of
@@ -45,15 +45,7 @@ def compile_for_sm90(kernel: RegionKernel, shapes: list[tuple[int, ...]]) -> Non
     """``kernel`` compiled for sm_90 from stand-ins of inputs of ``shapes``; a cluster launch's metadata patched."""
     dev = torch.device("cuda")  # stand-ins only: nothing is allocated or launched
     ins = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(shapes, kernel.in_types, strict=True)]
-    launch = kernel._launch(tuple(shapes))
-    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev)
-            for s, t in zip(launch.out_shapes, kernel.out_types, strict=True)]
-    space = None
-    if kernel.config.split > 1:
-        sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
-        space = [compile_worker.stand_in((n,), d, dev) for n, d in zip(sizes, (torch.float32, torch.int32),
-                                                                      strict=True)]
-    args, options = kernel._arguments(launch, ins, outs, dev, space)
+    launch, args, options = precompile.stand_in_arguments(kernel, ins, dev)
     compiled = kernel.fn.warmup(*args, grid=launch.grid, **options)
     if kernel.config.cluster:
         cluster_launch(compiled, kernel.config.split)

@@ -224,13 +224,7 @@ for k, strides in kernels:
     shapes = [tuple(t.shape) for t in k.in_types]
     stand = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev, *((4, strides) if len(s) == 2 and strides else ()))
              for s, t in zip(shapes, k.in_types)]
-    launch = k._launch(tuple(shapes))
-    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(launch.out_shapes, k.out_types)]
-    space = None
-    if k.config.split > 1:
-        sizes = k.workspace_sizes(launch.grid[0] // k.config.split)
-        space = [compile_worker.stand_in((n,), d, dev) for n, d in zip(sizes, (torch.float32, torch.int32))]
-    args, options = k._arguments(launch, stand, outs, dev, space)
+    launch, args, options = precompile.stand_in_arguments(k, stand, dev)
     results.append([precompile._in_worker_process(k, args, launch.grid, options, dev), k.config.split, args, options,
                     launch.grid, k])
 def front_end(*a, **kw):

@@ -25,7 +25,7 @@ import torch
 from triton.runtime import driver
 
 import opgraph as og
-from opgraph.codegen.triton import compile_worker, configs
+from opgraph.codegen.triton import compile_worker, configs, precompile
 from opgraph.codegen.triton.kernel import cluster_launch, region_kernel, region_of
 
 driver.set_active(compile_worker.CompileOnlyDriver((9, 0)))
@@ -67,13 +67,7 @@ report = []
 for k in kernels:
     shapes = [tuple(t.shape) for t in k.in_types]
     stand = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(shapes, k.in_types)]
-    launch = k._launch(tuple(shapes))
-    outs = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(launch.out_shapes, k.out_types)]
-    space = None
-    if k.config.split > 1:
-        sizes = k.workspace_sizes(launch.grid[0] // k.config.split)
-        space = [compile_worker.stand_in((n,), d, dev) for n, d in zip(sizes, (torch.float32, torch.int32))]
-    args, options = k._arguments(launch, stand, outs, dev, space)
+    launch, args, options = precompile.stand_in_arguments(k, stand, dev)
     row = {"config": repr(k.config), "source": k.source, "error": None, "cluster_ctas": None}
     try:
         compiled = k.fn.warmup(*args, grid=launch.grid, **options)

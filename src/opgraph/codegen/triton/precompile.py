@@ -197,20 +197,26 @@ def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor
             done.result(max(0.0, deadline - time.monotonic()))
 
 
+def stand_in_arguments(kernel: RegionKernel, ins: Sequence[Any], device: torch.device
+                       ) -> tuple[Any, list[Any], dict[str, Any]]:
+    """(launch, arguments, options) of ``kernel`` launched on the input stand-ins ``ins``, with stand-ins for its
+    outputs and split workspaces too: what a compile needs, with nothing allocated on the device."""
+    launch = kernel._launch(tuple(tuple(x.shape) for x in ins))
+    outs = [stand_in(s, t.dtype.torch_dtype, device) for s, t in zip(launch.out_shapes, kernel.out_types, strict=True)]
+    workspace = None
+    if kernel.config.split > 1 and launch.grid[0]:
+        sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
+        workspace = [stand_in((n,), dt, device) for n, dt in zip(sizes, (torch.float32, torch.int32), strict=True)]
+    args, options = kernel._arguments(launch, ins, outs, device, workspace) if launch.grid[0] else ([], {})
+    return launch, args, options
+
+
 def _compile(kernel: RegionKernel, ins: list[Any], device: torch.device) -> None:
     mine = getattr(_THREAD, "future", None)
     try:
-        launch = kernel._launch(tuple(tuple(x.shape) for x in ins))
+        launch, args, options = stand_in_arguments(kernel, ins, device)
         if not launch.grid[0]:
             return
-        outs = [stand_in(s, t.dtype.torch_dtype, device) for s, t in zip(launch.out_shapes, kernel.out_types,
-                                                                         strict=True)]
-        workspace = None
-        if kernel.config.split > 1:  # stand-ins too: a background thread allocates nothing on the device
-            sizes = kernel.workspace_sizes(launch.grid[0] // kernel.config.split)
-            workspace = [stand_in((n,), dt, device) for n, dt in zip(sizes, (torch.float32, torch.int32),
-                                                                        strict=True)]
-        args, options = kernel._arguments(launch, ins, outs, device, workspace)
         in_worker = device.type == "cuda" and processes_enabled()
         if in_worker:
             ok, message = _in_worker_process(kernel, args, launch.grid, options, device)
