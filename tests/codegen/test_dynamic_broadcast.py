@@ -149,3 +149,35 @@ def test_random_dynamic_batch_graphs_match_unfused(seed: int) -> None:
                 fused.run(values)
             continue
         torch.testing.assert_close(fused.run(values)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_gradient_summed_back_to_a_broadcast_operand_matches_unfused() -> None:
+    """``sum_to`` takes its shape from its reference: b's gradient, (1, 8) when b broadcast, was stored as (4, 8)
+    into its buffer (found by the second review: wrong values, then a corrupted heap)."""
+    g = og.Graph()
+    x = g.placeholder((None, 8), og.float32)
+    b = g.placeholder((None, 8), og.float32)
+    found = g.gradients(g.reduce_sum(g.tanh(x * b)), [x, b])
+    types = {x: x.type, b: b.type}
+    fused = g.compile(types, [found[x], found[b]], device="cpu", descriptor=FUSED)
+    plain = g.compile(types, [found[x], found[b]], device="cpu", descriptor=PLAIN)
+    for rows in (4, 1):
+        values = [torch.randn(4, 8), torch.randn(rows, 8)]
+        for got, want in zip(fused.run(values), plain.run(values), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "rms_norm"])
+def test_a_norm_weight_of_size_one_at_run_time_matches_unfused(kind: str) -> None:
+    """A norm reads gamma and beta along the row as they are: a dynamic one of size 1 at run time is refused at
+    launch (the steps run unfused) instead of being read past its end."""
+    g = og.Graph()
+    x = g.placeholder((None, 8), og.float32)
+    w = g.placeholder((None,), og.float32)
+    y = g.layer_norm(x, (1,), gamma=w, beta=w, epsilon=1e-5) if kind == "layer_norm" else g.rms_norm(x, (1,), gamma=w)
+    types = {x: x.type, w: w.type}
+    fused = g.compile(types, [y], device="cpu", descriptor=FUSED)
+    plain = g.compile(types, [y], device="cpu", descriptor=PLAIN)
+    for size in (8, 1):
+        values = [torch.randn(3, 8), torch.randn(size)]
+        torch.testing.assert_close(fused.run(values)[0], plain.run(values)[0], rtol=1e-5, atol=1e-5)

@@ -161,3 +161,16 @@ def test_a_chain_that_a_fusable_op_reads_squeezed_is_left_as_it_is() -> None:
     y = g.reduce_sum(t, axes=(0,))
     program = _program(g, [x], [y])
     assert keep_reduced_dims(program, can_fuse, reduced_axes) is program
+
+
+def test_a_chain_that_goes_on_from_a_result_of_the_program_is_left_as_it_is() -> None:
+    """The squeeze of a result the chain goes on from would read the region halfway, and region formation seals a
+    region read from outside: the rest of the chain could no longer join it (found by the second review)."""
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    t = g.tanh(g.reduce_sum(x, axes=(1,)))
+    y = t * 2.0
+    program = _program(g, [x], [t, y])
+    assert keep_reduced_dims(program, can_fuse, reduced_axes) is program
+    alone = _program(g, [x], [y])
+    assert keep_reduced_dims(alone, can_fuse, reduced_axes) is not alone  # y the only result: the chain is taken

@@ -9,7 +9,8 @@ axes (``expand_dims``, a view); a ``squeeze`` (a view) hands the old shape to ev
 The squeezes sink through chains of epilogue ops, link by link, and end outside the region, where they cost
 nothing; an ``expand_dims`` that undoes one reads the keep-dims value instead (softmax written by hand). A chain is
 left as it is where another fusable op reads one of its values as squeezed (a second reduction, a broadcast): the
-squeeze would stand between them. So is a column reduction, whose result already broadcasts into its domain.
+squeeze would stand between them, or where the chain goes on from a result of the program (its squeeze would seal
+the region halfway). So is a column reduction, whose result already broadcasts into its domain.
 
     >>> import opgraph as og
     >>> g = og.Graph()
@@ -72,6 +73,7 @@ class _Plan:
     def __init__(self, program: Program, can_fuse: Callable[[Operation], bool],
                  reduced_axes: Callable[[Operation], tuple[int, ...]]) -> None:
         self.by_reader = readers(program)
+        self.outputs = {id(t) for t in program.outputs}
         self.can_fuse = can_fuse
         self.form: dict[int, Form] = {}  # id(old tensor) -> its form, for values that take one
         self._chain: dict[int, int] = {}  # id(old op) -> a member of its chain (union-find)
@@ -124,7 +126,10 @@ class _Plan:
 
     def _read_squeezed(self, t: Tensor) -> bool:
         """A fusable op reads ``t`` and would take it squeezed: neither an epilogue on its keep-dims form nor an
-        ``expand_dims`` that undoes the squeeze."""
+        ``expand_dims`` that undoes the squeeze. Or ``t`` is a result of the program that the chain goes on from:
+        its squeeze would read the region halfway, which then takes no more ops (region formation seals it)."""
+        if id(t) in self.outputs and any(id(r.outputs[0]) in self.form for r in self.by_reader.get(id(t), [])):
+            return True
         for r in self.by_reader.get(id(t), []):
             if id(r.outputs[0]) in self.form or not self.can_fuse(r):
                 continue

@@ -31,6 +31,8 @@ from ...core.errors import ExecutionError, GraphError
 from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor, infer_types
 from ...ir.opdef import FusionKind
+from ...ops import gradient_support as gs
+from ...ops import norm
 from . import precompile, tuning_records
 from ._text import MAX_BARRIERS, WS_PARTS, generated
 from .expr import NotExpressible
@@ -280,7 +282,8 @@ class RegionKernel:
         domain's dynamic dims (one of size 1 would be stored past its end, a larger one cut short), and so must
         every reduction's input. In a reduction's region the emitter also indexes each computed operand of an
         elementwise op at that op's own index (``RegionEmitter._elementwise``), so their dynamic dims must agree
-        too. Inputs of size 1 broadcast in the kernel itself (their index is 0 where their size is 1)."""
+        too; and a norm's gamma and beta must have the normalised dims. Other inputs of size 1 broadcast in the
+        kernel itself (their index is 0 where their size is 1)."""
         number, _ = self.domain
         domain = values[number]
         first = len(self.in_types)
@@ -293,10 +296,15 @@ class RegionKernel:
         def reduction(k: int) -> bool:
             return k >= first and self.steps[k - first][0].fusion is FusionKind.REDUCTION
 
-        bad = [k for k in self.out_numbers if not reduction(k) and not agree(k, domain)]
-        for n, (op, _, reads) in enumerate(self.steps):
+        # a sum_to's result takes its shape from its reference, not from the input it reduces
+        bad = [k for k in self.out_numbers if (not reduction(k) or self.steps[k - first][0] is gs.SUM_TO)
+               and not agree(k, domain)]
+        for n, (op, attrs, reads) in enumerate(self.steps):
             if op.fusion is FusionKind.REDUCTION:
                 bad += [k for k in reads[:1] if not agree(k, domain)]
+            if op in (norm.LAYER_NORM, norm.RMS_NORM):  # gamma and beta are read along the row, as they are
+                normalised = tuple(domain[a % len(domain)] for a in attrs.axes)
+                bad += [k for k in reads[1:] if not agree(k, normalised)]
             elif op.fusion is FusionKind.ELEMENTWISE and self.config.reduction:
                 bad += [k for k in reads if k >= first and not agree(k, values[first + n])]
         if bad:
