@@ -14,7 +14,8 @@ the program (that write stays anyway), and its readers cannot share one region: 
 computes past a reduction over other axes than the innermost (a row reduction and its use share a region,
 the normalisation pattern, so copying there would only split it). Readers are visited before producers, so a
 chain of cheap producers (``expand_dims`` of a mean, then the subtract) is copied link by link; the copies in
-all stay within about the program's size.
+all stay within about the program's size. A producer whose value an exact comparison reads (a min or max gradient's
+``equal``) is not copied: a kernel's copy may differ in its last bit from the value the extremum was taken on.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from ..core.shape import numel
 from ..ir.graph import GraphCore, Operation, Tensor
 from ..ir.opdef import FusionKind
+from ..ops import elementwise as ew
 from ..ops import shape
 from .builder import fresh_name
 from .dce import dead_code_elimination
@@ -32,6 +34,7 @@ from .program import Program, copy_op, rewrite
 CHEAP = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE)
 FUSABLE = (FusionKind.ELEMENTWISE, FusionKind.INJECTIVE, FusionKind.REDUCTION)
 _VIEWS = frozenset({shape.TRANSPOSE, shape.RESHAPE, shape.EXPAND_DIMS, shape.SQUEEZE})  # outputs read through
+_EXACT = frozenset({ew.EQUAL, ew.NOT_EQUAL})  # comparisons whose operands must be bit for bit what was stored
 _MAX_PAIRS_READERS = 8  # readers whose pairs are searched for a link
 _LINK_DEPTH = 12  # ops followed from one reader to another (batch-norm's gradient links within about 8)
 
@@ -114,8 +117,25 @@ def recompute_cheap_producers(program: Program, can_fuse: Callable[[Operation], 
     copied: set[int] = set()
     budget = len(ops) + 64  # copies in all: recomputation at most about doubles the graph
 
+    def compared_exactly(op: Operation) -> bool:
+        """``op``'s value reaches, through views, an exact comparison (a min or max gradient's ``equal``): the
+        copy a kernel computes may differ in the last bit from the value its extremum was taken on (0/0 where no
+        element matched)."""
+        stack, seen = [op], set()
+        while stack:
+            o = stack.pop()
+            for r in original.get(id(o), []):
+                if r.op in _EXACT:
+                    return True
+                if r.op.fusion is FusionKind.INJECTIVE and id(r) not in seen:
+                    seen.add(id(r))
+                    stack.append(r)
+        return False
+
     def worth_copying(op: Operation) -> bool:
         if op.op.fusion not in CHEAP or len(op.outputs) != 1 or op.payload is not None or not can_fuse(op):
+            return False
+        if compared_exactly(op):
             return False
         out, rs = op.outputs[0], original.get(id(op), [])
         size, k = _numel(out), count.get(id(op), 0)
