@@ -124,7 +124,11 @@ def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequen
             result = fn(*(env[id(t)] for t in op.inputs))
             for t, v in zip(op.outputs, result if len(op.outputs) > 1 else (result,), strict=True):
                 env[id(t)] = v
-        return [env[id(t)] for t in outputs]
+        outs = [env[id(t)] for t in outputs]
+        # a fused op's results are its own memory (the planner counts on it): a view of an input is copied
+        bases = {x.untyped_storage().data_ptr() for x in xs if hasattr(x, "untyped_storage")}
+        return [v.clone() if hasattr(v, "untyped_storage") and v.untyped_storage().data_ptr() in bases else v
+                for v in outs]
 
     return run
 

@@ -144,6 +144,7 @@ class RegionKernel:
     alternatives: Any = None  # () -> list[RegionKernel]: other launch configurations, timed on first CUDA launch
     _fn: Any = field(default=None, repr=False)
     _launches: dict[Any, _Launch] = field(default_factory=dict, repr=False)
+    _refused: dict[Any, str] = field(default_factory=dict, repr=False)  # shapes the kernel cannot take: why
     aligned: tuple[int, ...] = ()  # inputs read at the domain's own index: stored in the domain's memory order
     _strided: dict[int | None, RegionKernel] = field(default_factory=dict, repr=False)  # per inner dim
     _tuned: dict[Any, RegionKernel] = field(default_factory=dict, repr=False)
@@ -253,6 +254,9 @@ class RegionKernel:
         launch = self._launches.get(shapes)
         if launch is not None:
             return launch
+        refused = self._refused.get(shapes)
+        if refused is not None:  # the region runs unfused at these shapes: said at once, not worked out again
+            raise DynamicBroadcast(refused)
         for i, (s, t) in enumerate(zip(shapes, self.in_types, strict=True)):
             if len(s) != t.rank or any(d is not None and d != v for d, v in zip(t.shape, s, strict=True)):
                 raise ExecutionError(f"input {i}: expected {t}, got shape {s}")
@@ -261,7 +265,11 @@ class RegionKernel:
             for op, attrs, reads in self.steps:  # concrete shapes of every value of the region
                 ins = tuple(TensorType(values[k], self.value_types[k].dtype) for k in reads)
                 values.append(tuple(int(d) for d in infer_types(op, attrs, ins)[0].shape))  # type: ignore[arg-type]
-            self._check_dynamic_dims(values)
+            try:
+                self._check_dynamic_dims(values)
+            except DynamicBroadcast as e:
+                self._refused[shapes] = str(e)
+                raise
         else:
             values.extend(tuple(int(d or 0) for d in t.shape) for t in self.value_types[len(shapes):])
         ints = tuple(values[v][k] for v, k in self.symbols)
