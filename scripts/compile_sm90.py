@@ -41,14 +41,16 @@ def _load(name: str) -> Any:
     return module
 
 
-def compile_for_sm90(kernel: RegionKernel, shapes: list[tuple[int, ...]]) -> None:
-    """``kernel`` compiled for sm_90 from stand-ins of inputs of ``shapes``; a cluster launch's metadata patched."""
+def compile_for_sm90(kernel: RegionKernel, shapes: list[tuple[int, ...]]) -> Any:
+    """``kernel`` compiled for sm_90 from stand-ins of inputs of ``shapes`` (Triton's driver set to
+    ``compile_worker.CompileOnlyDriver``), a cluster launch's metadata patched: the compiled kernel."""
     dev = torch.device("cuda")  # stand-ins only: nothing is allocated or launched
     ins = [compile_worker.stand_in(s, t.dtype.torch_dtype, dev) for s, t in zip(shapes, kernel.in_types, strict=True)]
     launch, args, options = precompile.stand_in_arguments(kernel, ins, dev)
     compiled = kernel.fn.warmup(*args, grid=launch.grid, **options)
     if kernel.config.cluster:
         cluster_launch(compiled, kernel.config.split)
+    return compiled
 
 
 def main(argv: list[str] | None = None) -> int:

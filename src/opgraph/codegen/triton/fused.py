@@ -114,21 +114,19 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
 
 def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], device: Any,
              options: Any) -> Callable[..., list[Any]]:
-    """The region's steps run one after another by their own lowerings (what an unfused executable runs)."""
-    fns = [(op, op.op.lower(LowerContext(op.attrs, tuple(t.type for t in op.inputs), tuple(t.type for t in op.outputs),
-                                         device, options))) for op in ops if op.op.lower is not None]
+    """The region's steps run one after another by their own lowerings (what an unfused executable runs); every op
+    the generator writes has one. A result that is a view of an input is copied: a fused op's results are its own
+    memory to the planner."""
+    fns = [(op, op.op.lower(LowerContext(op.attrs, tuple(t.type for t in op.inputs),  # type: ignore[misc]
+                                         tuple(t.type for t in op.outputs), device, options))) for op in ops]
 
     def run(*xs: Any) -> list[Any]:
         env = {id(t): x for t, x in zip(inputs, xs, strict=True)}
         for op, fn in fns:
-            result = fn(*(env[id(t)] for t in op.inputs))
-            for t, v in zip(op.outputs, result if len(op.outputs) > 1 else (result,), strict=True):
-                env[id(t)] = v
+            env[id(op.outputs[0])] = fn(*(env[id(t)] for t in op.inputs))  # a region's ops have one output each
+        bases = {x.untyped_storage().data_ptr() for x in xs}
         outs = [env[id(t)] for t in outputs]
-        # a fused op's results are its own memory (the planner counts on it): a view of an input is copied
-        bases = {x.untyped_storage().data_ptr() for x in xs if hasattr(x, "untyped_storage")}
-        return [v.clone() if hasattr(v, "untyped_storage") and v.untyped_storage().data_ptr() in bases else v
-                for v in outs]
+        return [v.clone() if v.untyped_storage().data_ptr() in bases else v for v in outs]
 
     return run
 
