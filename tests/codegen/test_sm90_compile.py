@@ -21,7 +21,6 @@ SCRIPT = r'''
 import dataclasses, importlib.util, json, sys
 from pathlib import Path
 from unittest import mock
-import torch
 from triton.runtime import driver
 
 import opgraph as og
