@@ -107,6 +107,8 @@ class Ctx:
     tiny_iters: int
     compile_note: str  # non-empty: torch.compile is skipped, and why
     copy_gbps: float | None = None  # set by copy_bandwidth
+    dtypes: tuple[str, ...] = tuple(DTYPES)  # chains and norms
+    norm_ops: tuple[str, ...] = tuple(NORMS)
 
     def log(self, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -376,7 +378,8 @@ def run_case(ctx: Ctx, section: str, case: str, dtype: str, og_fn: Callable[...,
 
 def chains(ctx: Ctx) -> list[dict[str, Any]]:
     rows = []
-    for dtype, (_, tdt) in DTYPES.items():
+    for dtype in ctx.dtypes:
+        tdt = DTYPES[dtype][1]
         numel = ctx.nbytes // torch.empty((), dtype=tdt).element_size()
         x = torch.randn(numel, dtype=tdt, device=ctx.dev.torch)
         y = torch.randn(numel, dtype=tdt, device=ctx.dev.torch)
@@ -389,13 +392,15 @@ def chains(ctx: Ctx) -> list[dict[str, Any]]:
 
 def norms(ctx: Ctx) -> list[dict[str, Any]]:
     rows = []
-    for dtype, (_, tdt) in DTYPES.items():
+    for dtype in ctx.dtypes:
+        tdt = DTYPES[dtype][1]
         numel = ctx.nbytes // torch.empty((), dtype=tdt).element_size()
         for width in ctx.widths:
             x = torch.randn(max(1, numel // width), width, dtype=tdt, device=ctx.dev.torch)
             w = (torch.rand(width, device=ctx.dev.torch) + 0.5).to(tdt)
             b = (torch.randn(width, device=ctx.dev.torch) * 0.1).to(tdt)
-            for name, (params, og_fn, torch_fn) in NORMS.items():
+            for name in ctx.norm_ops:
+                params, og_fn, torch_fn = NORMS[name]
                 rows.append(run_case(ctx, "norms", name, dtype, og_fn, torch_fn, [x, w, b][:1 + params]))
                 _free(ctx.dev)
     return rows
@@ -556,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copy-mib", type=float, default=None, help="copy buffer MiB (default 1024; --quick: 16)")
     p.add_argument("--widths", default=None,
                    help="norms: row widths (default 4096,32768,262144; --quick: 1024,4096, 256,1024 on the CPU)")
+    p.add_argument("--norms", default=",".join(NORMS), help="norms: comma-separated, of " + ", ".join(NORMS))
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="chains and norms: comma-separated, of "
+                   + ", ".join(DTYPES))
     p.add_argument("--repeats", type=int, default=None, help="timed calls of each (default 20; --quick 3)")
     p.add_argument("--warmup", type=int, default=None, help="untimed calls of each first (default 3; --quick 1)")
     p.add_argument("--tiny-ops", type=int, default=None, help="tiny: ops in the chain (default 100; --quick 20)")
@@ -588,6 +596,14 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Ctx(dev, quick, int(mib * 2**20), int((args.copy_mib or (16 if quick else 1024)) * 2**20), widths,
               args.warmup or (1 if quick else 3), args.repeats or (3 if quick else 20),
               args.tiny_ops or (20 if quick else 100), args.tiny_iters or (5 if quick else 200), note)
+    for flag, given, known in (("--norms", args.norms, NORMS), ("--dtypes", args.dtypes, DTYPES)):
+        names = tuple(n.strip() for n in given.split(",") if n.strip())
+        if not names or any(n not in known for n in names):
+            p.error(f"{flag} takes a comma-separated list of {', '.join(known)}; got {given!r}")
+        if flag == "--norms":
+            ctx.norm_ops = names
+        else:
+            ctx.dtypes = names
     if min(ctx.nbytes, ctx.copy_bytes, *widths, ctx.warmup, ctx.repeats, ctx.tiny_ops, ctx.tiny_iters) < 1:
         p.error("sizes, --widths, --repeats, --warmup, --tiny-ops and --tiny-iters must be positive")
     if cpu:  # the interpreter's masked lanes divide by zero harmlessly

@@ -39,8 +39,9 @@ _spec.loader.exec_module(fusion)
 
 def configs(width: int, chunks: list[int]) -> list[Config]:
     out = [Config(reduction=True, xblock=1, rblock=4096, looped=True, num_warps=16)]
-    out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w) for step in (1024, 2048, 4096)
-            for w in (4, 8, 16) if (step, w) != (4096, 16) and 2 <= step // (32 * w) <= 32]
+    out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w)
+            for step in (1024, 2048, 4096, 8192) for w in (4, 8, 16, 32)
+            if (step, w) != (4096, 16) and 2 <= step // (32 * w) <= 32]
     if width <= PERSISTENT_MAX:
         rblock = 1 << (width - 1).bit_length()
         out += [Config(reduction=True, xblock=1, rblock=rblock, num_warps=w) for w in (4, 8, 16, 32)

@@ -1,7 +1,8 @@
 """Compile, for sm_90 and without a GPU, every launch configuration ``benchmarks/reduction_configs.py`` and the tuner
 offer for issue 4's softmax and norms, with Triton's real compiler (ptxas included): run before a GPU session, so that
 its minutes go to measurements rather than to compile errors. Prints a table: per case, the configurations that
-compiled and those that failed, with the first error.
+compiled and those that failed, with the first error, and the slowest compile (a tuner compiles every candidate on
+a region's first launch, so one that takes minutes in ptxas costs that first launch as much).
 
     python scripts/compile_sm90.py
     python scripts/compile_sm90.py --ops softmax --dtypes bfloat16 --widths 32768,262144
@@ -14,6 +15,7 @@ import dataclasses
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                 if c.split > 1 and not c.looped and not c.cluster and c.split <= configs.MAX_CLUSTER
                                 and dataclasses.replace(c, cluster=True) not in offered]
                     ok, refused, errors = 0, 0, []
+                    slowest = (0.0, "")  # seconds, configuration
                     with progress.step(f"{op} {dtype} {width}"):
                         for n, c in enumerate(offered):
                             progress.update(n, len(offered))
@@ -101,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
                                 refused += 1
                                 continue
                             try:
+                                start = time.perf_counter()
                                 compile_for_sm90(kernel, shapes)
+                                slowest = max(slowest, (time.perf_counter() - start, sweeps.describe(c)))
                                 ok += 1
                             except Exception as e:  # noqa: BLE001 -- reported in the table
                                 errors.append(f"{sweeps.describe(c)}: {type(e).__name__}: {str(e)[-200:]}")
                     failed_any = failed_any or bool(errors)
-                    rows.append([op, dtype, width, ok, refused, len(errors), errors[0] if errors else ""])
-    print(format_table(["op", "dtype", "width", "compiled", "refused", "failed", "first error"], rows))
+                    rows.append([op, dtype, width, ok, refused, len(errors), f"{slowest[0]:.1f}", slowest[1],
+                                 errors[0] if errors else ""])
+    print(format_table(["op", "dtype", "width", "compiled", "refused", "failed", "slowest s", "slowest compile",
+                        "first error"], rows))
     return 1 if failed_any else 0
 
 

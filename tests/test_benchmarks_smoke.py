@@ -80,6 +80,20 @@ def test_epilogue_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str], monk
         assert all(r["notes"]["og fused"].startswith("matmul + fused_") for r in relu)
 
 
+def test_fusion_picks_norms_and_dtypes(tmp_path: Path) -> None:
+    out = tmp_path / "fusion.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "fusion.py"), "--quick", "--device", "cpu", "--only", "norms",
+           "--mib", "0.0078125", "--repeats", "1", "--widths", "256", "--json", str(out)]
+    r = subprocess.run([*cmd, "--norms", "rms_norm,softmax", "--dtypes", "bfloat16"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["norms"]
+    assert [(n["case"], n["dtype"]) for n in rows] == [("rms_norm", "bfloat16"), ("softmax", "bfloat16")]
+    bad = subprocess.run([*cmd, "--norms", "rms_norm,batch_norm"], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, check=False)
+    assert bad.returncode == 2 and "--norms takes a comma-separated list of softmax" in bad.stderr
+
+
 def test_fusion_quick_on_cpu(tmp_path: Path) -> None:
     # a subprocess: on the CPU the script sets TRITON_INTERPRET (read when triton is imported) and the thread count
     out = tmp_path / "fusion.json"

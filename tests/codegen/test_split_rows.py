@@ -95,6 +95,18 @@ def test_split_rows_never_outnumber_the_multiprocessors() -> None:
     assert [(c.split, c.looped) for c in wide if c.split > 1] == [(16, False), (32, False)]
 
 
+def test_clusters_join_the_candidates_on_sm90() -> None:
+    # on sm_90 the 262k rows are also offered as clusters of 16 parts (4 warps) and of 8 (16 warps), the two
+    # fastest launches of the twentieth session's sweep; rows too long for 16 parts of 32k get none
+    with mock.patch.object(configs, "clusters", lambda: True):
+        wide = _row_sum_configs((8, 262144), [1])
+        longest = _row_sum_configs((2, 1 << 20), [1])
+    clustered = [(c.split, c.rblock, c.num_warps) for c in wide if c.cluster]
+    assert clustered == [(16, 16384, 4), (8, 32768, 16)]
+    assert all(not c.looped and c.split <= configs.MAX_CLUSTER for c in wide if c.cluster)
+    assert not any(c.cluster for c in longest) and not any(c.cluster for c in _row_sum_configs((8, 262144), [1]))
+
+
 def test_a_row_split_past_the_multiprocessors_is_refused() -> None:
     # a configuration given by hand (benchmarks/reduction_configs.py) is held to the same bound as the tuner's
     g = og.Graph()
