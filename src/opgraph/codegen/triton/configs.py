@@ -109,7 +109,8 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
             if split <= sms:
-                out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
+                out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=_warps(em, rblock, warps),
+                                  split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
@@ -119,9 +120,18 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
                 if 1 < split <= MAX_CLUSTER:
                     rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-                    out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
-                                      cluster=True))
+                    out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=_warps(em, rblock, warps),
+                                      split=split, cluster=True))
     return out
+
+
+def _warps(em: RegionEmitter, rblock: int, warps: int) -> int:
+    """``warps`` for a split row's part of ``rblock`` elements, or more where a layer norm's part would hold over
+    64 a thread: with its two moments, gamma and beta, ptxas (Triton 3.6) took 88 s on 128 a thread, 20 s on 64
+    (``scripts/compile_sm90.py``), and the tuner compiles every candidate on a region's first launch."""
+    if any(op.op.name == "layer_norm" for op in em.reductions):
+        return max(warps, min(32, rblock // (32 * 64)))
+    return warps
 
 
 def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
