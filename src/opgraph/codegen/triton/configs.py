@@ -108,9 +108,8 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK // 2, 4)):
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-            if split <= sms:
-                out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=_warps(em, rblock, warps),
-                                  split=split))
+            if split <= sms and rblock <= _largest_part(em):
+                out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
@@ -118,20 +117,18 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows)
             for chunk, warps in ((SPLIT_CHUNK, 4), (2 * SPLIT_CHUNK, 16)):
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
-                if 1 < split <= MAX_CLUSTER:
-                    rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-                    out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=_warps(em, rblock, warps),
-                                      split=split, cluster=True))
+                rblock = 1 << (-(-rnumel // split) - 1).bit_length()
+                if 1 < split <= MAX_CLUSTER and rblock <= _largest_part(em):
+                    out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
+                                      cluster=True))
     return out
 
 
-def _warps(em: RegionEmitter, rblock: int, warps: int) -> int:
-    """``warps`` for a split row's part of ``rblock`` elements, or more where a layer norm's part would hold over
-    64 a thread: with its two moments, gamma and beta, ptxas (Triton 3.6) took 88 s on 128 a thread, 20 s on 64
-    (``scripts/compile_sm90.py``), and the tuner compiles every candidate on a region's first launch."""
-    if any(op.op.name == "layer_norm" for op in em.reductions):
-        return max(warps, min(32, rblock // (32 * 64)))
-    return warps
+def _largest_part(em: RegionEmitter) -> int:
+    """Elements a split row's part may hold in registers. A layer norm's (two moments, gamma and beta) at most
+    8192: ptxas of Triton 3.6 took 7 s on 8192 at 4 warps, 20 s on 16384 at 8 warps, 88 s at 4, over 120 s on
+    32768 at 16 (softmax's 16384 at 4: 0.8 s), and the tuner compiles every candidate on a region's first launch."""
+    return SPLIT_CHUNK // 2 if any(op.op.name == "layer_norm" for op in em.reductions) else 2 * SPLIT_CHUNK
 
 
 def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
