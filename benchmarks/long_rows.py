@@ -186,22 +186,43 @@ if triton is not None:
 
 
     @triton.jit
+    def _prefetch_l2(addr, pieces, piece):  # type: ignore[no-untyped-def]
+        """The first ``pieces`` threads each ask the copy engine to bring ``piece`` bytes from ``addr`` on into L2
+        (``cp.async.bulk.prefetch.L2``, sm_90): nothing waits for it and no register holds it."""
+        return tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\t.reg .u32 t;\n\t.reg .u64 a;\n\tmov.u32 t, %tid.x;\n\t"
+            "setp.lt.u32 p, t, $2;\n\tmul.wide.u32 a, t, $3;\n\tadd.u64 a, a, $1;\n\t"
+            "@p cp.async.bulk.prefetch.L2.global [a], $3;\n\tmov.u32 $0, 0;\n\t}",
+            "=r,l,r,r", [addr, pieces, piece], dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
     def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
                            eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
-                           BACKOFF: tl.constexpr):
+                           BACKOFF: tl.constexpr, AHEAD: tl.constexpr):
         """Launched as clusters of ``SPLIT`` programs (a group each): a row's parts meet at the cluster's hardware
         barrier instead of a counter in memory, exchanging partials through two slots in L2 (a part writes row
-        i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's)."""
+        i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's).
+        ``AHEAD`` 1 loads the next row's chunk into registers before the meeting; 2 has the copy engine bring it
+        into L2 at the top of the row (``_prefetch_l2``)."""
         part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         parts = tl.arange(0, SPLIT)
         it = 0
+        x_next = tl.load(x_ptr + (wide * 0 + group) * N + cols, mask=inside, other=neutral)
         for row in range(group, rows, groups):
-            x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
+            nxt = row + groups
+            if AHEAD == 2:  # the next row's chunk on its way into L2 while this one is reduced and met
+                start = x_ptr + (nxt % rows).to(tl.int64) * N + part * CHUNK
+                _prefetch_l2(start.to(tl.int64), tl.full((), 8, tl.int32),
+                             tl.full((), CHUNK * x_ptr.dtype.element_ty.primitive_bitwidth // 64, tl.int32))
+            x = x_next if AHEAD == 1 else tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
             a, c, h = _partials(x, inside, OP)
             slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
             tl.store(slot + part, a)
             tl.store(slot + SPLIT + part, c)
+            if AHEAD == 1:  # in flight during the meeting
+                x_next = tl.load(x_ptr + (wide * 0 + nxt) * N + cols, mask=inside & (cols * 0 + nxt < rows),
+                                 other=neutral)
             tl.debug_barrier()  # the partials are stored before the arrival (and the asm is not moved above it)
             tok = og_cluster_sync(it)
             seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
@@ -212,7 +233,8 @@ if triton is not None:
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
-MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows")  # how programs walk rows (the docstrings)
+# how programs walk rows (the docstrings)
+MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2")
 
 
 class LongRows:
@@ -263,7 +285,9 @@ class LongRows:
                  "num_warps": self.num_warps}
         grid = (self.groups * self.split,)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
-            return _long_rows_cluster[(self.groups if self.launched else self.groups * self.split,)](*args, **sizes)
+            ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
+            return _long_rows_cluster[(self.groups if self.launched else self.groups * self.split,)](
+                *args, AHEAD=ahead, **sizes)
         if self.mode == "pipelined":
             return _long_rows_pipelined[grid](*args, **sizes)
         return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
@@ -292,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how programs walk their rows: plain, prefetch (the next row's loads before the meeting), "
                         "pipelined (the next row reduced and counted in before waiting for this one's), cluster "
                         "(groups launched as clusters meeting at the hardware barrier), cluster-rows (a cluster a "
-                        "row)")
+                        "row), cluster-ahead (clusters loading the next row before the meeting), cluster-l2 "
+                        "(clusters having the next row brought into L2)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
@@ -322,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
             for split in args.splits:
                 for warps in args.warps:
                     for mode in args.modes:
-                        held = 2 if mode in ("prefetch", "pipelined") else 1  # rows a program holds at once
+                        # rows a program holds at once
+                        held = 2 if mode in ("prefetch", "pipelined", "cluster-ahead") else 1
                         values = args.width // split // (32 * warps) * held
                         if not 8 <= values <= 128:
                             continue
