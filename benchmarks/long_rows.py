@@ -253,14 +253,13 @@ class LongRows:
         self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
         self.y = torch.empty_like(x)
         self.cluster = mode.startswith("cluster")
-        self.launched = False  # a cluster kernel launches as clusters once ``cluster_launch`` patched it
+        self.launched = False  # a cluster kernel launches as clusters after its first (compiling) launch
         if self.cluster and split > 16:
             raise ValueError(f"a cluster holds at most 16 programs on Hopper, not {split}")
         self._size(1)  # one group is always resident: compile with it, then size the grid by the kernel's registers
         compiled = self()  # a cluster kernel's first launch is a plain one (clusters of one: wrong, but compiled)
-        if self.cluster and split > 1:
-            cluster_launch(compiled, split)
-            self.launched = True
+        self.patched: set[int] = set()  # the grids' ``groups`` whose compiled kernel launches as clusters
+        self.launched = self.cluster and split > 1
         regs = int(getattr(compiled, "n_regs", 0) or 0)
         by_regs = 65536 // (regs * 32 * num_warps) if regs else 1
         self.resident = max(1, min(by_regs, 64 // num_warps))
@@ -286,8 +285,12 @@ class LongRows:
         grid = (self.groups * self.split,)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
             ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
-            return _long_rows_cluster[(self.groups if self.launched else self.groups * self.split,)](
-                *args, AHEAD=ahead, **sizes)
+            if not self.launched:  # the first launch compiles (clusters of one: wrong, but compiled)
+                return _long_rows_cluster[grid](*args, AHEAD=ahead, **sizes)
+            if self.groups not in self.patched:  # Triton compiles again for ``groups`` 1 (an int of 1 is specialised)
+                cluster_launch(_long_rows_cluster.warmup(*args, AHEAD=ahead, grid=grid, **sizes), self.split)
+                self.patched.add(self.groups)
+            return _long_rows_cluster[(self.groups,)](*args, AHEAD=ahead, **sizes)
         if self.mode == "pipelined":
             return _long_rows_pipelined[grid](*args, **sizes)
         return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
