@@ -33,18 +33,21 @@ def _without_spin(kernel: RegionKernel) -> RegionKernel:
     return dataclasses.replace(kernel, source=source, _fn=None, _launches={}, _workspaces={})
 
 
+@pytest.mark.parametrize("looped", [True, False])
 @pytest.mark.parametrize("split,rblock", [(4, 8), (8, 4)])
 @pytest.mark.parametrize("case", ROW_CASES)
-def test_looped_split_rows_match_unfused(case: str, split: int, rblock: int) -> None:
+def test_split_rows_match_unfused(case: str, split: int, rblock: int, looped: bool) -> None:
+    """Parts walking their chunk (looped) or holding it in registers (each part's chunk then ``2 * rblock`` wide,
+    so that the parts cover the row), on special rows: a NaN, whole parts of -inf, an offset row."""
     rows, width = 5, 61  # ragged: the last part's chunk is partly past the row's end
     g = og.Graph()
     x = g.placeholder((rows, width), og.float32)
     w = g.placeholder((width,), og.float32)
     y = CASES[case](g, x, w)
     ops, ins = region_of([y])
-    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=rblock, looped=True,
-                                                        num_warps=4, split=split))
-    assert "for start" in kernel.source and "chunk =" in kernel.source
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=rblock * (1 if looped else 2),
+                                                        looped=looped, num_warps=4, split=split))
+    assert ("for start" in kernel.source and "chunk =" in kernel.source) == looped
     gen = torch.Generator().manual_seed(split)
     xv = torch.randn(rows, width, generator=gen)
     xv[1, 7] = float("nan")  # one part's NaN reaches the whole row
@@ -96,19 +99,20 @@ def test_split_rows_never_outnumber_the_multiprocessors() -> None:
 
 
 def test_clusters_join_the_candidates_on_sm90() -> None:
-    # on sm_90 the 262k rows are also offered as clusters of 16 parts (4 warps) and of 8 (16 warps), the two
-    # fastest launches of the twentieth session's sweep; rows too long for 16 parts of 32k get none
+    # on sm_90 the 262k rows are also offered as clusters of 16 parts (4, 8 or 16 warps) and of 8 (16 warps), the
+    # fastest launches of the twentieth and twenty-first sessions' sweeps; rows too long for 16 parts of 32k get none
     with mock.patch.object(configs, "clusters", lambda: True):
         wide = _row_sum_configs((8, 262144), [1])
         longest = _row_sum_configs((2, 1 << 20), [1])
     clustered = [(c.split, c.rblock, c.num_warps) for c in wide if c.cluster]
-    assert clustered == [(16, 16384, 4), (8, 32768, 16)]
+    assert clustered == [(16, 16384, 4), (16, 16384, 8), (16, 16384, 16), (8, 32768, 16)]
     assert all(not c.looped and c.split <= configs.MAX_CLUSTER for c in wide if c.cluster)
     assert not any(c.cluster for c in longest) and not any(c.cluster for c in _row_sum_configs((8, 262144), [1]))
 
 
-def test_layer_norm_parts_hold_at_most_8192_elements() -> None:
-    # ptxas took minutes on a layer norm's parts of 16384 and 32768 elements (two moments, gamma and beta live)
+def test_layer_norm_parts_hold_at_most_8192_elements_or_32_a_thread() -> None:
+    # ptxas took minutes on a layer norm's parts of 16384 and 32768 elements at 64-128 a thread (two moments, gamma
+    # and beta live); 16384 at 16 warps (32 a thread) is offered, as a cluster of 16
     g = og.Graph()
     x, w = g.placeholder((8, 262144), og.float32), g.placeholder((262144,), og.float32)
     y = g.layer_norm(x, [1], gamma=w, beta=w)
@@ -117,8 +121,10 @@ def test_layer_norm_parts_hold_at_most_8192_elements() -> None:
             mock.patch.object(configs, "_splittable", lambda em: True), \
             mock.patch.object(configs, "clusters", lambda: True):
         split = [c for c in configs.candidate_configs(RegionEmitter(ops, ins, [y])) if c.split > 1]
-    assert split and all(c.rblock <= 8192 for c in split if not c.looped)
-    assert (32, 8192, 4) in [(c.split, c.rblock, c.num_warps) for c in split]
+    parts = [(c.split, c.rblock, c.num_warps, c.cluster) for c in split if not c.looped]
+    assert all(rblock <= 8192 or rblock // (32 * warps) <= 32 for _, rblock, warps, _ in parts)
+    assert (32, 8192, 4, False) in parts and (16, 16384, 16, True) in parts
+    assert (16, 16384, 4, True) not in parts and (16, 16384, 8, True) not in parts
 
 
 def test_a_row_split_past_the_multiprocessors_is_refused() -> None:
@@ -139,7 +145,7 @@ def test_cluster_split_rows_meet_at_the_cluster_barrier(case: str, looped: bool)
     """``Config(cluster=True)``: the parts of a row meet at the thread-block cluster's barrier (``og_cluster_sync``)
     with no counter, spin or reset, and read the partials addressed through the barrier's token. Under the
     interpreter the barrier returns at once, so the kernel is launched again on the same workspace (as above), once
-    more per barrier: softmax's parts held in registers meet twice (max, then sums)."""
+    more per barrier (every statistic of these regions meets at one)."""
     rows, width, split = 5, 61, 4
     g = og.Graph()
     x = g.placeholder((rows, width), og.float32)

@@ -108,27 +108,32 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK // 2, 4)):
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-            if split <= sms and rblock <= _largest_part(em):
+            if split <= sms and _part_fits(em, rblock, warps):
                 out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
         if clusters():  # sm_90: the parts meet at the cluster's hardware barrier, not at counters in L2 (faster
-            # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows)
-            for chunk, warps in ((SPLIT_CHUNK, 4), (2 * SPLIT_CHUNK, 16)):
+            # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 warps
+            # for 16-bit rows (bfloat16 softmax 512x262144: 0.168 against 0.188 ms at 4, twenty-first session)
+            for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK, 8), (SPLIT_CHUNK, 16), (2 * SPLIT_CHUNK, 16)):
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
                 rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-                if 1 < split <= MAX_CLUSTER and rblock <= _largest_part(em):
+                if 1 < split <= MAX_CLUSTER and _part_fits(em, rblock, warps):
                     out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
                                       cluster=True))
     return out
 
 
-def _largest_part(em: RegionEmitter) -> int:
-    """Elements a split row's part may hold in registers. A layer norm's (two moments, gamma and beta) at most
-    8192: ptxas of Triton 3.6 took 7 s on 8192 at 4 warps, 20 s on 16384 at 8 warps, 88 s at 4, over 120 s on
-    32768 at 16 (softmax's 16384 at 4: 0.8 s), and the tuner compiles every candidate on a region's first launch."""
-    return SPLIT_CHUNK // 2 if any(op.op.name == "layer_norm" for op in em.reductions) else 2 * SPLIT_CHUNK
+def _part_fits(em: RegionEmitter, rblock: int, warps: int) -> bool:
+    """Whether a split row's part of ``rblock`` elements is worth compiling at ``warps``: at most 128 elements a
+    thread, and a layer norm's (two moments, gamma and beta) at most 8192 elements or 32 a thread: ptxas of Triton
+    3.6 took 7 s on 8192 at 4 warps (64 a thread), 20 s on 16384 at 8, 88 s at 4, over 120 s on 32768 at 16 (softmax's
+    16384 at 4: 0.8 s), and the tuner compiles every candidate on a region's first launch."""
+    per_thread = rblock // (32 * warps)
+    if any(op.op.name == "layer_norm" for op in em.reductions):
+        return rblock <= SPLIT_CHUNK // 2 or per_thread <= 32
+    return per_thread <= 128 and rblock <= 2 * SPLIT_CHUNK
 
 
 def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
