@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--widths", type=fusion.positive_ints, default=(262144,), help="row widths (powers of two)")
     p.add_argument("--chunks", type=fusion.positive_ints, default=(4096, 8192, 16384, 32768),
                    help="split: elements a program holds (powers of two)")
+    p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8, 16, 32),
+                   help="only configurations of these warps (a layer norm's 16384 at 4 warps: minutes of ptxas)")
+    p.add_argument("--split-only", action="store_true", help="only rows split across programs")
     p.add_argument("--mib", type=float, default=256, help="MiB of each input matrix")
     p.add_argument("--repeats", type=int, default=15, help="timed calls of each configuration")
     p.add_argument("--top", type=int, default=6, help="rows printed per case (fastest first)")
@@ -118,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 results: list[tuple[float, Config, float]] = []
                 reference: torch.Tensor | None = None
                 for c in configs(width, chunks):
+                    if c.num_warps not in args.warps or (args.split_only and c.split == 1):
+                        continue
                     try:
                         kernel = region_kernel(ops, ins, [y], config=c)
                     except NotExpressible as e:  # a row split into more parts than multiprocessors
