@@ -10,7 +10,9 @@ second session measured. Here the grid is only as large as the GPU holds at once
 ``--modes``: ``plain`` (load, reduce, meet, store), ``prefetch`` (the next row's loads issued before the meeting)
 and ``pipelined`` (the next row loaded, reduced and counted in before waiting for this row's meeting).
 ``cluster`` launches each group as a Hopper thread-block cluster whose parts meet at the cluster's hardware
-barrier (partials still exchanged through L2), and ``cluster-rows`` launches a cluster per row instead of walking.
+barrier (partials still exchanged through L2), ``cluster-ahead`` and ``cluster-l2`` do so with the next row's
+chunk loaded into registers before the meeting or brought into L2 by the copy engine, and ``cluster-rows`` launches
+a cluster per row instead of walking: the fastest on the H200 (RESULTS.md, twenty-first session).
 ``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
 session found 0.73 of copy with the barrier and 0.85-0.87 without.
 
