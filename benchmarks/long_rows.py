@@ -26,6 +26,7 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -187,15 +188,21 @@ if triton is not None:
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
-    @triton.jit
-    def _prefetch_l2(addr, pieces, piece):  # type: ignore[no-untyped-def]
-        """The first ``pieces`` threads each ask the copy engine to bring ``piece`` bytes from ``addr`` on into L2
-        (``cp.async.bulk.prefetch.L2``, sm_90): nothing waits for it and no register holds it."""
-        return tl.inline_asm_elementwise(
-            "{\n\t.reg .pred p;\n\t.reg .u32 t;\n\t.reg .u64 a;\n\tmov.u32 t, %tid.x;\n\t"
-            "setp.lt.u32 p, t, $2;\n\tmul.wide.u32 a, t, $3;\n\tadd.u64 a, a, $1;\n\t"
-            "@p cp.async.bulk.prefetch.L2.global [a], $3;\n\tmov.u32 $0, 0;\n\t}",
-            "=r,l,r,r", [addr, pieces, piece], dtype=tl.int32, is_pure=False, pack=1)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        @triton.jit
+        def _prefetch_l2(addr, pieces, piece):  # type: ignore[no-untyped-def]
+            """The interpreter runs no PTX: a prefetch is only a hint, so none."""
+            return pieces * 0
+    else:
+        @triton.jit
+        def _prefetch_l2(addr, pieces, piece):  # type: ignore[no-untyped-def]
+            """The first ``pieces`` threads each ask the copy engine to bring ``piece`` bytes from ``addr`` on into L2
+            (``cp.async.bulk.prefetch.L2``, sm_90): nothing waits for it and no register holds it."""
+            return tl.inline_asm_elementwise(
+                "{\n\t.reg .pred p;\n\t.reg .u32 t;\n\t.reg .u64 a;\n\tmov.u32 t, %tid.x;\n\t"
+                "setp.lt.u32 p, t, $2;\n\tmul.wide.u32 a, t, $3;\n\tadd.u64 a, a, $1;\n\t"
+                "@p cp.async.bulk.prefetch.L2.global [a], $3;\n\tmov.u32 $0, 0;\n\t}",
+                "=r,l,r,r", [addr, pieces, piece], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
     def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
