@@ -206,6 +206,21 @@ def test_variance_of_rows_with_a_large_offset(config: Config | None) -> None:
     np.testing.assert_allclose(ln.numpy(), torch.nn.functional.layer_norm(a, (40,)).numpy(), atol=2e-2)
 
 
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_log_softmax_of_rows_with_a_large_offset(config: Config | None) -> None:
+    """Rows offset by 1e4 and by -1e30: log_softmax is (x - max) - log(sum), as unfused; max + log(sum) first rounds
+    log(sum) away (1e-4 off at 1e4; at -1e30 every result 0)."""
+    gen = torch.Generator().manual_seed(5)
+    g = og.Graph()
+    x = g.placeholder((3, 40), og.float32)
+    v = torch.randn(3, 40, generator=gen, dtype=torch.float64)
+    v[0] += 1e4
+    v[1] -= 1e30
+    (got,) = run_region([g.log_softmax(x * 1.0, 1)], {x: v.float()}, config)
+    want = torch.log_softmax(v.float().double(), 1)
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=1e-6, atol=2e-6)
+
+
 # ---- prologues and epilogues ---------------------------------------------------------------------------
 CHAINS: list[tuple[str, Callable[..., Any], list[tuple[int, ...]]]] = [
     ("layer_norm_prologue_epilogue",

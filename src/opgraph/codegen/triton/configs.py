@@ -126,13 +126,14 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
 
 
 def _part_fits(em: RegionEmitter, rblock: int, warps: int) -> bool:
-    """Whether a split row's part of ``rblock`` elements is worth compiling at ``warps``: at most 128 elements a
-    thread, and a layer norm's (two moments, gamma and beta) at most 8192 elements or 32 a thread: ptxas of Triton
-    3.6 took 7 s on 8192 at 4 warps (64 a thread), 20 s on 16384 at 8, 88 s at 4, over 120 s on 32768 at 16 (softmax's
-    16384 at 4: 0.8 s), and the tuner compiles every candidate on a region's first launch."""
+    """Whether a split row's part of ``rblock`` elements is worth compiling at ``warps``: at most 32768 elements and
+    128 a thread; a region with a layer norm (two moments, and gamma and beta where it has them) at most 8192
+    elements or 32 a thread: ptxas of Triton 3.6 took 7 s on 8192 at 4 warps (64 a thread), 20 s on 16384 at 8, 88 s
+    at 4, over 120 s on 32768 at 16 (softmax's 16384 at 4: 0.8 s), and the tuner compiles every candidate on a
+    region's first launch."""
     per_thread = rblock // (32 * warps)
     if any(op.op.name == "layer_norm" for op in em.reductions):
-        return rblock <= SPLIT_CHUNK // 2 or per_thread <= 32
+        return per_thread <= 128 and (rblock <= SPLIT_CHUNK // 2 or per_thread <= 32)
     return per_thread <= 128 and rblock <= 2 * SPLIT_CHUNK
 
 

@@ -276,15 +276,17 @@ def _softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
     return f"tl.exp({em.value(op.inputs[0], index)} - {m}) / {s}"
 
 
-def _log_softmax_stats(op: Operation, em: RegionEmitter) -> str:
+def _log_softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
     m, s = _softmax_stats(op, em)
-    return em.bind(f"{m} + tl.log({s})", "lse")
+    return m, em.bind(f"tl.log({s})", "ls")
 
 
 def _log_softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
     em.check_full(op, index)
-    lse = _log_softmax_stats(op, em)
-    return f"{em.value(op.inputs[0], index)} - {lse}"
+    m, log_s = _log_softmax_stats(op, em)
+    # (x - m) - log(s), as unfused: m + log(s) first would round log(s) away where |m| is large (a row offset by 1e4
+    # lost 1e-4; by -1e30, everything)
+    return f"({em.value(op.inputs[0], index)} - {m}) - {log_s}"
 
 
 def _affine(op: Operation, em: RegionEmitter, index: Index, y: str, flags: tuple[bool, ...]) -> str:
@@ -304,8 +306,9 @@ def _affine(op: Operation, em: RegionEmitter, index: Index, y: str, flags: tuple
 
 
 def _params_ahead(op: Operation, em: RegionEmitter, flags: tuple[bool, ...]) -> None:
-    """A split row's gamma and beta loaded before its parts meet, so their reads (from L2: every row shares them)
-    overlap the wait instead of following it; only where each takes at most 32 registers a thread."""
+    """A split row's gamma and beta (loaded, or computed where the region computes them) before its parts meet, so
+    their reads (from L2: every row shares them) overlap the wait instead of following it; only where each takes at
+    most 32 registers a thread."""
     cfg = em.config
     if cfg.split > 1 and not cfg.looped and cfg.xblock * cfg.rblock <= 32 * 32 * cfg.num_warps:
         _affine(op, em, em.domain_index(), "0.0", flags)  # the loads are memoised for the final pass
