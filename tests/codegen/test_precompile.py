@@ -330,3 +330,30 @@ def test_on_cuda_a_channels_last_launch_finds_its_strided_variant_compiled(tmp_p
     xv = torch.randn(16, 64, 28, 28, device=dev, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(kernel(xv)[0], xv.permute(0, 2, 3, 1).relu())
     assert entries() == before  # the channels-last stand-in's specialisation is the real tensor's
+
+
+def test_a_tuner_stops_waiting_for_a_candidate_far_slower_to_compile_than_its_default(
+        recorders: dict[str, Recorder], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default compiles at once; one candidate's compile hangs (ptxas for minutes): with patience compile_ahead
+    # returns after OPGRAPH_CANDIDATE_COMPILE_S with that one's position, which still compiles in the background
+    monkeypatch.setenv("OPGRAPH_CANDIDATE_COMPILE_S", "0.3")
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    assert len(candidates) >= 3
+    gate = threading.Event()
+    slow = candidates[2]
+    recorders[slow.source] = Recorder(gate)
+    for k in candidates:
+        k._fn = None
+    start = time.monotonic()
+    try:
+        late = precompile.compile_ahead(candidates, [torch.randn(2048, 64)], patience=True)
+        waited = time.monotonic() - start
+        assert late[:1] == [2] and waited < 3  # (and those queued behind it, with one compile thread)
+        assert not recorders[slow.source].warmups  # still compiling
+    finally:
+        gate.set()
+    _settle()
+    assert len(recorders[slow.source].warmups) >= 1
+    # without patience (the background's own compile-ahead) every compile is waited for
+    assert precompile.compile_ahead(candidates[:1], [torch.randn(2048, 64)]) == []

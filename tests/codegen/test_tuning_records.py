@@ -43,7 +43,7 @@ def tuner(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Config]]:
     """Tuning on the CPU: every input big enough, no compile threads, and a fake device time that makes the third
     candidate the fastest; ``timed`` lists the configurations timed."""
     monkeypatch.setattr(kmod, "TUNE_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(kmod, "compile_in_threads", lambda kernels, inputs: None)
+    monkeypatch.setattr(kmod, "compile_in_threads", lambda kernels, inputs: [])
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     seen: dict[str, list[Config]] = {"timed": [], "order": []}
 
@@ -101,6 +101,26 @@ def test_a_record_the_kernel_cannot_use_is_tuned_again(tuner: dict[str, list[Con
     best = kernel._tune([xv])
     assert tuner["timed"] and best.config == tuner["timed"][2]
     assert tuning_records.lookup(key, tmp_path) == best.config  # the new decision replaced the record
+
+
+def test_a_candidate_still_compiling_is_passed_over_and_nothing_recorded(tuner: dict[str, list[Config]],
+                                                                         tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``compile_in_threads`` names the candidates it stopped waiting for (ptxas for minutes): they are neither
+    # launched nor timed, the log says why, and the choice is not recorded, so a later process times them all
+    xv = torch.randn(2048, 64)
+    kernel = _column_sum(tmp_path)
+    candidates = [kernel, *kernel.alternatives()]
+    slow = candidates[1]
+    monkeypatch.setattr(kmod, "compile_in_threads",
+                        lambda kernels, inputs: [k for k in kernels if k.config == slow.config])
+    monkeypatch.setenv("OPGRAPH_TUNING_LOG", str(tmp_path / "log.jsonl"))
+    best = kernel._tune([xv])
+    assert slow.config not in tuner["timed"] and len(tuner["timed"]) == len(candidates) - 1
+    assert best.config == tuner["timed"][2]
+    assert not (tmp_path / "tuning").exists() or not list((tmp_path / "tuning").glob("*.json"))
+    entry = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
+    assert entry["outcomes"][1] == {"error": "compile too slow"}, entry
 
 
 def test_records_can_be_turned_off(tuner: dict[str, list[Config]], tmp_path: Path,

@@ -154,8 +154,10 @@ class RegionKernel:
         """The fastest of this kernel and its alternatives on these inputs (device time between CUDA events of a
         few launches each, queued behind a spinning kernel; a candidate whose first launch takes ``SLOW_CANDIDATE``
         times the fastest's per launch is left at that; outputs go to fresh buffers, so a caller's ``out=``
-        buffer is never written twice). The choice is recorded on disk (``tuning_records``): a later process
-        that finds it launches that configuration without compiling and timing the others."""
+        buffer is never written twice). Candidates still compiling long after the default are not waited for
+        (``compile_in_threads``). The choice is recorded on disk (``tuning_records``), unless such a candidate was
+        passed over (a later process, finding its compile in Triton's cache, times it): a later process that finds
+        the record launches that configuration without compiling and timing the others."""
         if max((math.prod(x.shape) for x in inputs), default=0) < TUNE_MIN_ELEMENTS:
             return self
         candidates = [self, *self.alternatives()]
@@ -167,11 +169,14 @@ class RegionKernel:
                 return k
         timed: list[tuple[float, int, RegionKernel]] = []  # (ms per launch, order, kernel)
         outcomes: list[dict[str, Any]] = []  # per candidate, for the tuning log: its time, or why it has none
-        compile_in_threads(candidates, inputs)
+        late = compile_in_threads(candidates, inputs)
         dev = inputs[0].device
         fastest = math.inf  # ms per launch
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
             for k in candidates:
+                if any(k is slow for slow in late):  # still in ptxas long after the default compiled: not waited for
+                    outcomes.append({"error": "compile too slow"})
+                    continue
                 try:
                     k(*inputs)
                     # one launch first: a candidate far slower than the best so far (a split too fine or too coarse
@@ -197,7 +202,7 @@ class RegionKernel:
         if not timed:
             return self
         best = min(timed)[2]
-        if key is not None:
+        if key is not None and not late:
             tuning_records.store(key, best.config, self.cache_dir or default_cache_dir())
         return best
 
@@ -417,13 +422,14 @@ def compile_threads() -> int:
     return max(1, min(16, os.cpu_count() or 1))
 
 
-def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
-    """Compile ``kernels`` for ``inputs`` ahead of their launches in the ``compile_threads()`` compile threads
-    (``precompile``), and return when they are compiled; with one thread, nothing is compiled ahead. A configuration
-    that fails here is left to its launch, which the tuner skips on failure."""
+def compile_in_threads(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> list[RegionKernel]:
+    """Compile ``kernels`` (a tuner's candidates, its default first) for ``inputs`` ahead of their launches in the
+    ``compile_threads()`` compile threads (``precompile``), and return when they are compiled or too slow to wait
+    for (``precompile.compile_ahead``'s patience): those still compiling, never the default. With one thread,
+    nothing is compiled ahead. A configuration that fails here is left to its launch, which the tuner skips."""
     if min(compile_threads(), len(kernels)) <= 1:
-        return
-    precompile.compile_ahead(kernels, inputs)
+        return []
+    return [kernels[n] for n in precompile.compile_ahead(kernels, inputs, patience=True) if n > 0]
 
 
 def _device_ms(k: RegionKernel, inputs: Sequence[torch.Tensor]) -> float:

@@ -179,9 +179,25 @@ def channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (h * w * c, 1, w * c, c)
 
 
-def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor]) -> None:
+def candidate_wait_s() -> float:
+    """How long a tuner waits at least for its other candidates' compiles once its default is compiled
+    (``OPGRAPH_CANDIDATE_COMPILE_S``, seconds; 30 by default): ``compile_ahead(patience=True)``."""
+    try:
+        return max(0.0, float(os.environ.get("OPGRAPH_CANDIDATE_COMPILE_S", "30")))
+    except ValueError:
+        return 30.0
+
+
+CANDIDATE_FACTOR = 10.0  # ... or this many times as long as the default took, where that is longer
+
+
+def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor], patience: bool = False) -> list[int]:
     """Compile ``kernels`` for ``inputs`` ahead of the queue's background work, and return when they are compiled
-    (or ``timeout_s()`` has passed); one that fails is left to its launch, which reports it."""
+    (or ``timeout_s()`` has passed); one that fails is left to its launch, which reports it. With ``patience`` (a
+    tuner's candidates, its default first) the others get ``candidate_wait_s()`` or ``CANDIDATE_FACTOR`` times the
+    default's compile, whichever is longer, after it: ptxas took over two minutes on candidates whose default took
+    seconds (RESULTS.md, twentieth session). Returns the positions of those still compiling (they finish in the
+    background, their launches waiting for them as usual)."""
     device = inputs[0].device if inputs else torch.device("cpu")
     ins = [stand_in(tuple(x.shape), x.dtype, device, x.data_ptr() % 16, tuple(x.stride())) for x in inputs]
     waits = []
@@ -191,10 +207,20 @@ def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor
             if pending is None or pending.cancel():  # none, or queued behind background work: queued ahead now
                 pending = _PENDING[(k.key, k.config)] = _submit(functools.partial(_compile, k, ins, device), AHEAD)
             waits.append(pending)
-    deadline = time.monotonic() + timeout_s()
-    for done in waits:
+    start = time.monotonic()
+    deadline = start + timeout_s()
+    late = []
+    for n, done in enumerate(waits):
+        if n == 1 and patience:  # the default is compiled: the others' time is counted from now
+            now = time.monotonic()
+            deadline = min(deadline, now + max(candidate_wait_s(), CANDIDATE_FACTOR * (now - start)))
         with contextlib.suppress(Exception):
             done.result(max(0.0, deadline - time.monotonic()))
+        if not done.done():
+            late.append(n)
+    if late:
+        _count("candidates left compiling", 0.0)
+    return late
 
 
 def stand_in_arguments(kernel: RegionKernel, ins: Sequence[Any], device: torch.device
