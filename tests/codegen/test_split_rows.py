@@ -64,6 +64,27 @@ def test_split_rows_match_unfused(case: str, split: int, rblock: int, looped: bo
     torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4, equal_nan=True)
 
 
+@pytest.mark.parametrize("split", [1, 4])
+def test_softmax_and_log_softmax_of_one_input_share_their_statistics(split: int) -> None:
+    """A cross entropy's loss and gradient (log_softmax and softmax of the same logits) in one region: one max, one
+    meeting of a split row (``_without_spin`` checks there is one), results as unfused."""
+    g = og.Graph()
+    x = g.placeholder((5, 61), og.float32)
+    outs = [g.softmax(x, 1), g.log_softmax(x, 1)]
+    ops, ins = region_of(outs)
+    config = Config(reduction=True, xblock=1, rblock=16, num_warps=4, split=split) if split > 1 else None
+    kernel = region_kernel(ops, ins, outs, config=config)
+    assert kernel.source.count("tl.max(") == (2 if split > 1 else 1)  # a split row: its part's, then the parts'
+    xv = torch.randn(5, 61, generator=torch.Generator().manual_seed(1)) * 4
+    if split > 1:
+        kernel = _without_spin(kernel)
+        kernel(xv)  # every part writes its partials (the early parts read stale ones)
+    got = kernel(xv)
+    want = g.compile({x: x.type}, outs, device="cpu", descriptor=og.CompilationDescriptor(fusion=False)).run([xv])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", ["integers", "two_rows_a_program"])
 def test_split_rows_refused_where_they_cannot_meet(case: str) -> None:
     # parts meet in a float32 workspace (an int32 sum of 2**24 + 1 values would round), one row a program

@@ -253,7 +253,16 @@ def _split_softmax(em: RegionEmitter, op: Operation, ct: str) -> tuple[str, str,
     return m, s, h, scale
 
 
+def _first_of_input(op: Operation, em: RegionEmitter) -> Operation:
+    """The region's first softmax or log_softmax of ``op``'s input (``op`` itself if none comes before): the op whose
+    statistics they all share (a cross entropy's loss and gradient take log_softmax and softmax of the same logits;
+    the region reduces one set of axes, so theirs are the same)."""
+    x = op.inputs[0]
+    return next(r for r in em.reductions if r.op in (nn.SOFTMAX, nn.LOG_SOFTMAX) and r.inputs[0] is x)
+
+
 def _softmax_stats(op: Operation, em: RegionEmitter) -> tuple[str, str]:
+    op = _first_of_input(op, em)
     ct = _float_input(op)
     if em.config.looped:  # one pass over memory instead of two
         return _online_softmax(em, op, _element(em, op), ct)
@@ -271,7 +280,7 @@ def _softmax(op: Operation, em: RegionEmitter, index: Index) -> str:
     em.check_full(op, index)
     m, s = _softmax_stats(op, em)
     if em.config.split > 1 and not em.config.looped and index == em.domain_index():  # the part's exps, rescaled
-        _, _, h, scale = _split_softmax(em, op, _float_input(op))
+        _, _, h, scale = _split_softmax(em, _first_of_input(op, em), _float_input(op))
         return f"{h} * {scale}"
     return f"tl.exp({em.value(op.inputs[0], index)} - {m}) / {s}"
 
