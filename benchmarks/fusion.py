@@ -290,6 +290,14 @@ def _kernels(exe: og.Executable) -> tuple[int, int]:
         return len(names), sum(n.startswith("fused_") for n in names)
 
 
+def _tuned(exe: og.Executable) -> list[str]:
+    """The launch configurations the tuner chose for the executable's generated kernels (CUDA only)."""
+    try:
+        return [choice for k in exe.kernels() for choice in k.tuned]
+    except TypeError:  # as in ``_kernels``
+        return []
+
+
 def _free(dev: og.Device) -> None:  # a finished case's executables and CUDA-graph pools, before the next
     gc.collect()
     if dev.is_cuda:
@@ -339,6 +347,10 @@ def run_case(ctx: Ctx, section: str, case: str, dtype: str, og_fn: Callable[...,
                 row["check"] = "FAIL"
             fns[key] = functools.partial(exe.run, inputs)
             row["kernels"], row["generated_kernels"] = _kernels(exe)
+            if key == "og":  # what the tuner chose on that first run
+                row["tuned"] = _tuned(exe)
+                for choice in row["tuned"]:
+                    ctx.log(f"  tuned: {choice}")
     except Exception as e:  # noqa: BLE001 (a failing case is reported in its row; variants that ran are timed)
         row["check"] = f"ERROR: {_error(e)}"
     if row["check"] == "FAIL":

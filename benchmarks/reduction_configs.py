@@ -71,12 +71,7 @@ def constant(t: og.Tensor) -> torch.Tensor:
 
 
 def describe(c: Config) -> str:
-    if c.split > 1 and c.looped:
-        return f"split {c.split}, looped in steps of {c.rblock}, {c.num_warps} warps"
-    kind = "looped" if c.looped else f"split {c.split}" if c.split > 1 else "persistent"
-    grid = f", a grid of {c.programs} ({c.stages} stages)" if c.programs else ""
-    meeting = ", as clusters" if c.cluster else ""
-    return f"{kind}, {c.rblock} a program, {c.num_warps} warps{grid}{meeting}"
+    return c.describe()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ shortened to its steps' op names and the steps it outputs: ``[exp add -> 1]``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ pytest.importorskip("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 import opgraph as og  # noqa: E402
+from opgraph.codegen.triton.configs import Config  # noqa: E402
 from opgraph.codegen.triton.fused import can_emit, can_fuse, reduced_axes  # noqa: E402
 from opgraph.ir.graph import GraphCore, Tensor  # noqa: E402
 from opgraph.passes.fuse import FUSED_REGION, LONE_COLUMN_MIN, MAX_REGION_OPS, fuse_regions  # noqa: E402
@@ -329,6 +331,22 @@ def test_compiled_executable_shows_the_region() -> None:
     assert "fused_region" not in str(plain)
     xs = [torch.randn(4, 8), torch.randn(8)]
     torch.testing.assert_close(exe.run(xs)[0], plain.run(xs)[0])
+
+
+def test_kernels_name_the_launch_configuration_their_tuner_chose() -> None:
+    # tuning is CUDA's: on the CPU nothing is tuned; a choice (set here as the tuner sets it) is listed per shapes
+    g = og.Graph()
+    x = g.placeholder((4, 8), og.float32, name="x")
+    exe = g.compile({x: x.type}, [g.softmax(x)], device="cpu", descriptor=FUSED)
+    exe.run([torch.randn(4, 8)])
+    (info,) = [k for k in exe.kernels() if k.op == "fused_region"]
+    assert info.tuned == ()
+    (launcher,) = [k for k in exe._generated.kernels.values() if getattr(k, "source", None) == info.source]
+    region = launcher.kernel
+    region._tuned[((4, 8),)] = dataclasses.replace(region, config=Config(reduction=True, rblock=4096, looped=True,
+                                                                         num_warps=16))
+    (info,) = [k for k in exe.kernels() if k.op == "fused_region"]
+    assert info.tuned == ("[(4, 8)]: looped, 4096 a program, 16 warps",)
 
 
 def test_gradient_graphs_fuse() -> None:

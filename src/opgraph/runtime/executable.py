@@ -323,9 +323,10 @@ class Executable:
         return self._generated.source
 
     def kernels(self) -> list[KernelInfo]:
-        """The kernels a run launches, in order: each with ``.ops`` (graph op names inside it) and
-        ``.source`` (generated source; ``None`` for a vendor/PyTorch kernel). Sources and state
-        accesses launch nothing and are not listed.
+        """The kernels a run launches, in order: each with ``.ops`` (graph op names inside it),
+        ``.source`` (generated source; ``None`` for a vendor/PyTorch kernel) and ``.tuned`` (the launch
+        configuration the tuner chose per input shapes, e.g. ``"[(256, 262144)]: split 16, 16384 a program,
+        4 warps, as clusters"``). Sources and state accesses launch nothing and are not listed.
 
         >>> import opgraph as og
         >>> g = og.Graph(); x = g.placeholder((2,), og.float32, name="x")
@@ -344,8 +345,10 @@ class Executable:
                 names = list(o.attrs.names)
             else:
                 names = [o.name]
-            source = getattr(self._generated.kernels.get(o.id), "source", None)
-            out.append(KernelInfo(o.op.name, names, source))
+            launcher = self._generated.kernels.get(o.id)  # a generated region's: its RegionKernel as ``.kernel``
+            chosen = getattr(getattr(launcher, "kernel", None), "_tuned", {})
+            tuned = tuple(f"{list(shapes)}: {best.config.describe()}" for shapes, best in chosen.items())
+            out.append(KernelInfo(o.op.name, names, getattr(launcher, "source", None), tuned))
         return out
 
     def memory_stats(self) -> MemoryStats:
@@ -417,11 +420,13 @@ class MemoryStats:
 
 @dataclass(frozen=True)
 class KernelInfo:
-    """One kernel of an executable: the op it implements, the graph ops inside it, its generated source."""
+    """One kernel of an executable: the op it implements, the graph ops inside it, its generated source, and for a
+    tuned one the launch configuration chosen for each input shapes launched so far (on CUDA)."""
 
     op: str
     ops: list[str]
     source: str | None
+    tuned: tuple[str, ...] = ()
 
 
 _PARAMETER = torch.nn.Parameter  # parameters passed as inputs (the PyTorch backend) take the fast path too

@@ -36,6 +36,22 @@ class Config:
     stages: int = 2  # software-pipelining depth of that loop
     cluster: bool = False  # a split row's programs launch as a thread-block cluster, meeting at its barrier (sm_90)
 
+    def describe(self) -> str:
+        """In words, for tables and ``exe.kernels()``.
+
+        >>> Config(reduction=True, rblock=16384, num_warps=4, split=16, cluster=True).describe()
+        'split 16, 16384 a program, 4 warps, as clusters'
+        """
+        if not self.reduction:
+            return f"flat, {self.block} a program, {self.num_warps} warps"
+        if self.split > 1 and self.looped:
+            return f"split {self.split}, looped in steps of {self.rblock}, {self.num_warps} warps"
+        kind = "looped" if self.looped else f"split {self.split}" if self.split > 1 else "persistent"
+        rows = f"{self.xblock}x" if self.xblock > 1 else ""
+        grid = f", a grid of {self.programs} ({self.stages} stages)" if self.programs else ""
+        meeting = ", as clusters" if self.cluster else ""
+        return f"{kind}, {rows}{self.rblock} a program, {self.num_warps} warps{grid}{meeting}"
+
 
 def default_config(em: RegionEmitter) -> Config:
     """The first of ``candidate_configs``: what runs before (or without) tuning."""
