@@ -70,10 +70,6 @@ def constant(t: og.Tensor) -> torch.Tensor:
     return value
 
 
-def describe(c: Config) -> str:
-    return c.describe()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", type=fusion.names_of(list(fusion.NORMS)), default=["softmax", "layer_norm", "rms_norm"],
@@ -121,25 +117,25 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         kernel = region_kernel(ops, ins, [y], config=c)
                     except NotExpressible as e:  # a row split into more parts than multiprocessors
-                        print(f"  {op} {dtype} {width}: {describe(c)}: skipped ({e})", file=sys.stderr, flush=True)
+                        print(f"  {op} {dtype} {width}: {c.describe()}: skipped ({e})", file=sys.stderr, flush=True)
                         continue
                     try:
                         out = kernel(*feed)[0].float()
                     except Exception as e:  # noqa: BLE001 -- Triton's OutOfResources: a pipelined grid's buffers
-                        print(f"  {op} {dtype} {width}: {describe(c)}: skipped ({type(e).__name__})",
+                        print(f"  {op} {dtype} {width}: {c.describe()}: skipped ({type(e).__name__})",
                               file=sys.stderr, flush=True)
                         continue
                     reference = out if reference is None else reference
                     err = float((out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
                     ms = fusion.measure({"k": lambda k=kernel, f=feed: k(*f)}, dev, 2, args.repeats)["k"]
                     results.append((sorted(ms)[len(ms) // 2], c, err))
-                    print(f"  {op} {dtype} {width}: {describe(c)}", file=sys.stderr, flush=True)
+                    print(f"  {op} {dtype} {width}: {c.describe()}", file=sys.stderr, flush=True)
                 moved = 2 * rows * width * tt.itemsize
                 results.sort(key=lambda r: r[0])
                 limit = 1e-3 if dtype == "float32" else 2.0 ** -7  # bfloat16: last bits round either way
                 shown = results[:args.top] + [r for r in results[args.top:] if r[2] > limit]  # and every failure
                 failed = failed or any(err > limit for _, _, err in results)
-                table: list[list[Any]] = [[describe(c), f"{ms:.3f}", f"{moved / ms / 1e6 / copy:.2f}",
+                table: list[list[Any]] = [[c.describe(), f"{ms:.3f}", f"{moved / ms / 1e6 / copy:.2f}",
                                            f"{err:.1e}", "ok" if err <= limit else "FAIL"]
                                           for ms, c, err in shown]
                 print(f"\n== {op} {dtype} {rows}x{width}")

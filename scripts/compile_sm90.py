@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                             try:
                                 start = time.perf_counter()
                                 compile_for_sm90(kernel, shapes)
-                                slowest = max(slowest, (time.perf_counter() - start, sweeps.describe(c)))
+                                slowest = max(slowest, (time.perf_counter() - start, c.describe()))
                                 ok += 1
                             except Exception as e:  # noqa: BLE001 -- reported in the table
-                                errors.append(f"{sweeps.describe(c)}: {type(e).__name__}: {str(e)[-200:]}")
+                                errors.append(f"{c.describe()}: {type(e).__name__}: {str(e)[-200:]}")
                     failed_any = failed_any or bool(errors)
                     rows.append([op, dtype, width, ok, refused, len(errors), f"{slowest[0]:.1f}", slowest[1],
                                  errors[0] if errors else ""])

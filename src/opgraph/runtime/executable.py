@@ -346,8 +346,9 @@ class Executable:
             else:
                 names = [o.name]
             launcher = self._generated.kernels.get(o.id)  # a generated region's: its RegionKernel as ``.kernel``
-            chosen = getattr(getattr(launcher, "kernel", None), "_tuned", {})
-            tuned = tuple(f"{list(shapes)}: {best.config.describe()}" for shapes, best in chosen.items())
+            region = getattr(launcher, "kernel", None)
+            chosen = region.tuned_configs() if region is not None else {}
+            tuned = tuple(f"{list(shapes)}: {config.describe()}" for shapes, config in chosen.items())
             out.append(KernelInfo(o.op.name, names, getattr(launcher, "source", None), tuned))
         return out
 

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ...ops import norm
 from ...passes.fuse import SHORT_COLUMN
 
 if TYPE_CHECKING:
@@ -130,8 +131,9 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
         if clusters():  # sm_90: the parts meet at the cluster's hardware barrier, not at counters in L2 (faster
-            # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 warps
-            # for 16-bit rows (bfloat16 softmax 512x262144: 0.168 against 0.188 ms at 4, twenty-first session)
+            # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 and 16
+            # warps too: the hand-written bfloat16 softmax's best was 8 (0.168 against 0.188 ms at 4, twenty-first
+            # session; the generated one's is still 4), and 16 is a layer norm's only cluster quick to compile
             for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK, 8), (SPLIT_CHUNK, 16), (2 * SPLIT_CHUNK, 16)):
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
                 rblock = 1 << (-(-rnumel // split) - 1).bit_length()
@@ -148,7 +150,7 @@ def _part_fits(em: RegionEmitter, rblock: int, warps: int) -> bool:
     at 4, over 120 s on 32768 at 16 (softmax's 16384 at 4: 0.8 s), and the tuner compiles every candidate on a
     region's first launch."""
     per_thread = rblock // (32 * warps)
-    if any(op.op.name == "layer_norm" for op in em.reductions):
+    if any(op.op is norm.LAYER_NORM for op in em.reductions):
         return per_thread <= 128 and (rblock <= SPLIT_CHUNK // 2 or per_thread <= 32)
     return per_thread <= 128 and rblock <= 2 * SPLIT_CHUNK
 

@@ -169,12 +169,12 @@ class RegionKernel:
                 return k
         timed: list[tuple[float, int, RegionKernel]] = []  # (ms per launch, order, kernel)
         outcomes: list[dict[str, Any]] = []  # per candidate, for the tuning log: its time, or why it has none
-        late = compile_in_threads(candidates, inputs)
+        late = {id(k) for k in compile_in_threads(candidates, inputs)}
         dev = inputs[0].device
         fastest = math.inf  # ms per launch
         with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
             for k in candidates:
-                if any(k is slow for slow in late):  # still in ptxas long after the default compiled: not waited for
+                if id(k) in late:  # still in ptxas long after the default compiled: not waited for
                     outcomes.append({"error": "compile too slow"})
                     continue
                 try:
@@ -205,6 +205,10 @@ class RegionKernel:
         if key is not None and not late:
             tuning_records.store(key, best.config, self.cache_dir or default_cache_dir())
         return best
+
+    def tuned_configs(self) -> dict[tuple[tuple[int, ...], ...], Config]:
+        """The launch configuration the tuner chose for each input shapes launched so far (``exe.kernels()``)."""
+        return {shapes: best.config for shapes, best in self._tuned.items()}
 
     def recorded_choice(self, candidates: Sequence[RegionKernel], inputs: Sequence[Any]) -> tuple[str | None,
                                                                                                    Config | None]:

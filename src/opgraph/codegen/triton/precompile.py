@@ -218,7 +218,7 @@ def compile_ahead(kernels: Sequence[RegionKernel], inputs: Sequence[torch.Tensor
             done.result(max(0.0, deadline - time.monotonic()))
         if not done.done():
             late.append(n)
-    if late:
+    for _ in late:
         _count("candidates left compiling", 0.0)
     return late
 
