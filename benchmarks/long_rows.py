@@ -12,7 +12,8 @@ and ``pipelined`` (the next row loaded, reduced and counted in before waiting fo
 ``cluster`` launches each group as a Hopper thread-block cluster whose parts meet at the cluster's hardware
 barrier (partials still exchanged through L2), ``cluster-ahead`` and ``cluster-l2`` do so with the next row's
 chunk loaded into registers before the meeting or brought into L2 by the copy engine, and ``cluster-rows`` launches
-a cluster per row instead of walking: the fastest on the H200 (RESULTS.md, twenty-first session).
+a cluster per row instead of walking: the fastest on the H200 (RESULTS.md, twenty-first session);
+``cluster-2rows`` and ``cluster-4rows`` launch a cluster per 2 or 4 rows (parameters loaded once, one meeting).
 ``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
 session found 0.73 of copy with the barrier and 0.85-0.87 without.
 
@@ -242,8 +243,61 @@ if triton is not None:
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
 
+    @triton.jit
+    def _long_rows_cluster_tile(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, rows, eps,  # type: ignore[no-untyped-def]
+                                N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
+                                ROWS: tl.constexpr):
+        """A cluster of ``SPLIT`` programs holds ``ROWS`` rows: each program the same chunk of every one, so it loads
+        its chunk of gamma and beta once for them all (a row's parameters are read from L2 once for ``ROWS`` rows),
+        and the rows meet at one barrier (its wait paid once for ``ROWS`` rows)."""
+        pid = tl.program_id(0)
+        part, tile = pid % SPLIT, pid // SPLIT
+        r = tile * ROWS + tl.arange(0, ROWS)[:, None]
+        cols = part * CHUNK + tl.arange(0, CHUNK)[None, :]
+        inside = (cols < N) & (r < rows)
+        offsets = r.to(tl.int64) * N + cols
+        x = tl.load(x_ptr + offsets, mask=inside, other=float("-inf") if OP == SOFTMAX else 0.0).to(tl.float32)
+        if OP == SOFTMAX:
+            a = tl.max(x, 1)[:, None]
+            h = tl.exp(x - a)
+            c = tl.sum(h, 1)[:, None]
+        elif OP == RMS_NORM:
+            a = tl.sum(x * x, 1)[:, None]
+            c = a
+            h = x
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        else:
+            a = (tl.sum(x, 1) / tl.sum(inside.to(tl.float32), 1))[:, None]
+            d = tl.where(inside, x - a, 0.0)
+            c = tl.sum(d * d, 1)[:, None]
+            h = x
+            w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        slot = ws_ptr + r * 2 * SPLIT
+        tl.store(slot + part, a)
+        tl.store(slot + SPLIT + part, c)
+        tl.debug_barrier()  # the partials are stored before the arrival
+        tok = og_cluster_sync(tile * 0)
+        parts = tl.arange(0, SPLIT)[None, :]
+        seen = ws_ptr + (r + tok) * 2 * SPLIT
+        every_a = tl.load(seen + parts, cache_modifier=".cg")
+        every_c = tl.load(seen + SPLIT + parts, cache_modifier=".cg")
+        if OP == SOFTMAX:
+            m = tl.max(every_a, 1)[:, None]
+            y = h * (tl.exp(a - m) / tl.sum(every_c * tl.exp(every_a - m), 1)[:, None])
+        elif OP == RMS_NORM:
+            y = h * tl.rsqrt(tl.sum(every_a, 1)[:, None] / N + eps) * w
+        else:
+            counts = tl.minimum(N - parts * CHUNK, CHUNK).to(tl.float32)
+            mean = (tl.sum(every_a * counts, 1) / N)[:, None]
+            spread = tl.sum(every_c, 1)[:, None] + tl.sum(counts * (every_a - mean) * (every_a - mean), 1)[:, None]
+            y = (h - mean) * tl.rsqrt(spread / N + eps) * w + b
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=inside)
+
+
 # how programs walk rows (the docstrings)
-MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2")
+MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2", "cluster-2rows",
+         "cluster-4rows")
 
 
 class LongRows:
@@ -262,6 +316,7 @@ class LongRows:
         self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
         self.y = torch.empty_like(x)
         self.cluster = mode.startswith("cluster")
+        self.tile_rows = {"cluster-2rows": 2, "cluster-4rows": 4}.get(mode, 1)
         self.launched = False  # a cluster kernel launches as clusters after its first (compiling) launch
         if self.cluster and split > 16:
             raise ValueError(f"a cluster holds at most 16 programs on Hopper, not {split}")
@@ -277,10 +332,13 @@ class LongRows:
         self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
         if mode == "cluster-rows":  # a cluster a row: clusters never wait for each other, the GPU schedules them
             self._size(self.rows)
+        if self.tile_rows > 1:  # a cluster a tile of rows
+            self._size(-(-self.rows // self.tile_rows))
 
     def _size(self, groups: int) -> None:
         self.groups = groups
-        self.ws = torch.empty(groups * 8 * self.split, dtype=torch.float32, device=self.y.device)
+        slots = max(groups * 8, (self.rows + self.tile_rows) * 2)  # a tile kernel's slot a row: [row, 2, split]
+        self.ws = torch.empty(slots * self.split, dtype=torch.float32, device=self.y.device)
         self.cnt = torch.zeros(groups * 2, dtype=torch.int32, device=self.y.device)
 
     def __call__(self) -> Any:
@@ -292,6 +350,16 @@ class LongRows:
         sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "BACKOFF": self.backoff,
                  "num_warps": self.num_warps}
         grid = (self.groups * self.split,)
+        if self.tile_rows > 1:
+            targs = (x, w, b, self.y, self.ws, self.rows, eps)
+            tsizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "ROWS": self.tile_rows,
+                      "num_warps": self.num_warps}
+            if not self.launched:
+                return _long_rows_cluster_tile[grid](*targs, **tsizes)
+            if self.groups not in self.patched:
+                cluster_launch(_long_rows_cluster_tile.warmup(*targs, grid=grid, **tsizes), self.split)
+                self.patched.add(self.groups)
+            return _long_rows_cluster_tile[(self.groups,)](*targs, **tsizes)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
             ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
             if not self.launched:  # the first launch compiles (clusters of one: wrong, but compiled)
@@ -329,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
                         "pipelined (the next row reduced and counted in before waiting for this one's), cluster "
                         "(groups launched as clusters meeting at the hardware barrier), cluster-rows (a cluster a "
                         "row), cluster-ahead (clusters loading the next row before the meeting), cluster-l2 "
-                        "(clusters having the next row brought into L2)")
+                        "(clusters having the next row brought into L2), cluster-2rows and cluster-4rows (a cluster "
+                        "holding 2 or 4 rows, their parameters loaded once and one meeting)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
@@ -360,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
                 for warps in args.warps:
                     for mode in args.modes:
                         # rows a program holds at once
-                        held = 2 if mode in ("prefetch", "pipelined", "cluster-ahead") else 1
+                        held = {"cluster-2rows": 2, "cluster-4rows": 4}.get(mode, 1)
+                        held = 2 if mode in ("prefetch", "pipelined", "cluster-ahead") else held
                         values = args.width // split // (32 * warps) * held
                         if not 8 <= values <= 128:
                             continue

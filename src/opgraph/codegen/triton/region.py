@@ -112,6 +112,7 @@ class RegionEmitter:
         self.loaded_in: dict[int, set[int | None]] = {}  # input -> the loops reading it (None: outside)
         self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
         self.early_loop: int | None = None  # the loop that stored them (None: not yet, or none)
+        self.rarely = False  # emitting a branch rows seldom take (a variance's guard): its walk sets no L2 hints
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -349,7 +350,7 @@ class RegionEmitter:
         cfg = self.config
         if not cfg.reduction or self.inner_axis not in self.raxes:
             return ""
-        if by_row and not cfg.looped:  # a row held in registers is read once: no hint for it
+        if by_row and not cfg.looped or self.rarely:  # a row held in registers is read once: no hint for it
             return ""
         return eviction_mark(i, by_row, self.scope.loop or 0)
 
