@@ -332,8 +332,6 @@ class LongRows:
         self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
         if mode == "cluster-rows":  # a cluster a row: clusters never wait for each other, the GPU schedules them
             self._size(self.rows)
-        if self.tile_rows > 1:  # a cluster a tile of rows
-            self._size(-(-self.rows // self.tile_rows))
 
     def _size(self, groups: int) -> None:
         self.groups = groups
@@ -350,16 +348,18 @@ class LongRows:
         sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "BACKOFF": self.backoff,
                  "num_warps": self.num_warps}
         grid = (self.groups * self.split,)
-        if self.tile_rows > 1:
+        if self.tile_rows > 1:  # a cluster a tile of rows, however many groups walk rows in the other modes
+            tiles = -(-self.rows // self.tile_rows)
             targs = (x, w, b, self.y, self.ws, self.rows, eps)
             tsizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "ROWS": self.tile_rows,
                       "num_warps": self.num_warps}
             if not self.launched:
-                return _long_rows_cluster_tile[grid](*targs, **tsizes)
-            if self.groups not in self.patched:
-                cluster_launch(_long_rows_cluster_tile.warmup(*targs, grid=grid, **tsizes), self.split)
-                self.patched.add(self.groups)
-            return _long_rows_cluster_tile[(self.groups,)](*targs, **tsizes)
+                return _long_rows_cluster_tile[(tiles * self.split,)](*targs, **tsizes)
+            if tiles not in self.patched:
+                cluster_launch(_long_rows_cluster_tile.warmup(*targs, grid=(tiles * self.split,), **tsizes),
+                               self.split)
+                self.patched.add(tiles)
+            return _long_rows_cluster_tile[(tiles,)](*targs, **tsizes)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
             ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
             if not self.launched:  # the first launch compiles (clusters of one: wrong, but compiled)

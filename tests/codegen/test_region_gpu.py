@@ -152,7 +152,7 @@ def test_split_rows_match_unfused_on_special_rows(case: str, split: int, looped:
                                                         looped=looped))
     # one barrier: softmax's (max, sum of exp about it) pairs, the moments, the sums meet at once (and the reset
     # count); a variance's guard meets again, in its branch (rows whose shift lay far from the mean)
-    guards = kernel.source.count("if tl.max((m1")
+    guards = kernel.source.count("if tl.max(((var")
     assert kernel.source.count("atomic_add(cnt") == 2 + guards, kernel.source
     xv = torch.randn(rows, width, generator=torch.Generator().manual_seed(split)).cuda()
     xv[1, 123] = float("nan")

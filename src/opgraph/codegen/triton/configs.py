@@ -112,7 +112,8 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if rnumel > 8192:
             out += [looped, looped_wide]
         elif rnumel >= 4096:  # or walked in two steps, fewer registers: 0.127 against 0.132 ms for float32 layer_norm
-            # 16384x4096, 0.128 against 0.133 for bfloat16 32768x4096 (RESULTS.md, twenty-second session)
+            # 16384x4096, 0.128 against 0.133 for bfloat16 32768x4096; the tuner's choice for all four float32 norms
+            # at 4096 and the bfloat16 layer_norm and rms_norm (RESULTS.md, twenty-second session)
             out += [replace(looped, rblock=2048), replace(looped, rblock=2048, num_warps=8)]
         row_bytes = rblock * max(int(t.dtype.itemsize) for t in em.inputs) if em.inputs else 0
         sms = multiprocessors()

@@ -113,6 +113,7 @@ class RegionEmitter:
         self.early: list[tuple[int, Tensor]] = []  # full outputs, none using statistics: stored by the first loop
         self.early_loop: int | None = None  # the loop that stored them (None: not yet, or none)
         self.rarely = False  # emitting a branch rows seldom take (a variance's guard): its walk sets no L2 hints
+        self._start_mask: str | None = None  # the mask of loads at the rows' first element (``row_start_value``)
         reductions = [op for op in self.ops if op.op.fusion is FusionKind.REDUCTION]
         if reductions:
             first = reductions[0]
@@ -311,7 +312,10 @@ class RegionEmitter:
             self.emit(f"{name} = tl.full([{self.tile(False)}], {literal(self.scalars[i])}, {compute_type(t.dtype)})")
             self.xdep.add(name)
             return name
-        self.loaded_at.setdefault(i, set()).add(self._relative(t, index))
+        # a row's first element read by the row's own programs before they store (a variance's shift): no bar to
+        # writing an output in place
+        at = ("row start",) if self._start_mask is not None else self._relative(t, index)
+        self.loaded_at.setdefault(i, set()).add(at)
         self.loaded_in.setdefault(i, set()).add(self.scope.loop)
         terms = []
         if not self.strided:
@@ -326,7 +330,7 @@ class RegionEmitter:
             offset = " + ".join(terms) if terms else "0"
         r_dep = self.depends_on_r(offset)
         hint = self._eviction_mark(i, self.depends_on_x(offset))
-        mask = self.scope.mask if (r_dep or not self.config.reduction) else "xmask"
+        mask = self.scope.mask if (r_dep or not self.config.reduction) else self._start_mask or "xmask"
         offset = self._fit(offset, r_dep and self.config.reduction)
         load = f"tl.load(in{i} + {offset}, mask={mask}{hint})"
         reg = compute_type(t.dtype)
@@ -539,10 +543,14 @@ class RegionEmitter:
         self.emit(f"{name} = {TILE_REDUCE[kind].format(tile)}[:, None].to({ct})")
         return name
 
-    def open_loop(self) -> _Scope:
+    def open_loop(self, first_step: bool = False) -> _Scope:
+        """A walk over the rows' reduced elements, RBLOCK at a time (this part's, where they are split); with
+        ``first_step`` only the rows' first RBLOCK (every part's the same)."""
         self.loops += 1
         r = self.fresh("start")  # not "r{n}0": a later fresh "r{m}" could take that name inside the loop
-        if self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
+        if first_step:
+            self.emit(f"for {r} in range(0, RBLOCK, RBLOCK):")
+        elif self.config.split > 1:  # this part's rows (columns split), or its chunk of the row
             self.emit(f"for {r} in range(part * chunk, part * chunk + chunk, RBLOCK):")
         else:
             self.emit(f"for {r} in range(0, {self.reduced_count()}, RBLOCK):")
@@ -555,7 +563,7 @@ class RegionEmitter:
         self.rdep.add(ri)
         scope.mask = self.fresh("m")
         count = self.reduced_count()
-        if self.config.split == 1 and ix.is_int(count) and int(count) % self.config.rblock == 0:  # whole steps
+        if (self.config.split == 1 or first_step) and ix.is_int(count) and int(count) % self.config.rblock == 0:
             self.emit(f"{scope.mask} = xmask & {FULL_ROW}")
         else:
             self.emit(f"{scope.mask} = xmask & ({ri} < {count})")
@@ -727,6 +735,19 @@ class RegionEmitter:
     def row_start(self) -> Index:
         """The domain index of the first element of the current rows (reduced dims at 0)."""
         return self._row_index()
+
+    def row_start_value(self, t: Tensor) -> str:
+        """``t`` (a value of the domain's shape) at the first element of the current rows, as the rows' own programs
+        read it before they store: loaded only where the rows have elements (an empty row's would be past its end)."""
+        n = self.reduced_count()
+        # (a tile of the count, not the scalar: an int argument of 1 is specialised into a constant, and a mask of
+        # a tensor & a constant bool is refused)
+        some = f"(tl.zeros([XBLOCK, 1], tl.int32) + {n} > 0)"
+        self._start_mask = "xmask" if ix.is_int(n) and int(n) > 0 else f"xmask & {some}"
+        try:
+            return self.value(t, self.row_start())
+        finally:
+            self._start_mask = None
 
     def canonical_index(self, op: Operation) -> Index:
         """The row index of a reduction's (non-full) output."""
