@@ -154,16 +154,16 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
     0.86 of copy, against 0.83 for a sum and then a centred sum) and one meeting of a split row. Rows whose c lies
     far from the mean (an outlier first) take the centred sum again in a branch (``_centred_again``): every row's
     variance keeps within ``SHIFT_GUARD`` + 1 times the rounding of two passes."""
+    memo = ("stats", id(op), "moments")
+    found = em.top.memo.get(memo)
+    if found is not None:  # emitted once (prepared in the top scope, then read by each output index)
+        mean, var = found.split(",")
+        return mean, var
     n = em.reduced_count()
     shift = _shift(op, em, ct)
     d = lambda v: f"({v} - {shift})"  # noqa: E731
     s1, s2 = em.stats(op, "shifted", [("sum", _element(em, op, d), ct),
                                       ("sum", _element(em, op, lambda v: f"{d(v)} * {d(v)}"), ct)])
-    memo = ("stats", id(op), "moments")
-    found = em.top.memo.get(memo)
-    if found is not None:
-        mean, var = found.split(",")
-        return mean, var
     # (a split column part's sums are partial: binding them here refuses its variance, as it always has)
     dm = em.bind(exact_div(s1, n, ct), "dm")
     mean = em.bind(f"{shift} + {dm}", "mean")
