@@ -22,6 +22,8 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
     python benchmarks/long_rows.py --ops softmax --no-barrier    # also each kernel without its barrier
     python benchmarks/long_rows.py --ops softmax --modes plain,pipelined --backoff
     python benchmarks/long_rows.py --modes plain,cluster,cluster-rows --splits 8,16 --per-sm 1,2
+    python benchmarks/long_rows.py --ops softmax --dtypes bfloat16 --splits 16 --warps 4,8 --modes cluster-rows \
+        --generated 16x4,16x8       # the generated kernel of the same design beside the hand-written one
 """
 
 from __future__ import annotations
@@ -373,6 +375,17 @@ class LongRows:
         return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
 
 
+def _split_warps(text: str) -> tuple[tuple[int, int], ...]:
+    """``--generated``: comma-separated SPLITxWARPS pairs."""
+    try:
+        pairs = tuple((int(a), int(b)) for a, b in (item.split("x") for item in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SPLITxWARPS pairs like 16x8, got {text!r}") from None
+    if any(a < 2 or a > 16 or b not in (1, 2, 4, 8, 16, 32) for a, b in pairs):
+        raise argparse.ArgumentTypeError(f"a cluster holds 2-16 programs of 1-32 warps (a power of two): {text!r}")
+    return pairs
+
+
 def og_function(op: str, inputs: list[torch.Tensor], dev: og.Device) -> Any:
     g = og.Graph()
     dt = fusion.DTYPES["float32" if inputs[0].dtype == torch.float32 else "bfloat16"][0]
@@ -380,6 +393,28 @@ def og_function(op: str, inputs: list[torch.Tensor], dev: og.Device) -> Any:
     out = fusion.NORMS[op][1](g, *phs)
     exe = g.compile({p: p.type for p in phs}, [out], device=dev, descriptor=fusion.descriptor(dev, cuda_graphs=False))
     return lambda: exe.run(inputs)[0]
+
+
+def og_forced(op: str, inputs: list[torch.Tensor], split: int, num_warps: int) -> Any:
+    """opgraph's generated kernel for ``op`` launched as clusters of ``split`` programs of ``num_warps`` (each holding
+    a chunk of its row), not as the tuner would choose: the generated and hand-written kernels of one design, timed
+    side by side."""
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.codegen.triton.region import Config
+
+    g = og.Graph()
+    dt = fusion.DTYPES["float32" if inputs[0].dtype == torch.float32 else "bfloat16"][0]
+    phs = [g.placeholder(tuple(t.shape), dt, name=f"in{i}") for i, t in enumerate(inputs)]
+    out = fusion.NORMS[op][1](g, *phs)
+    ops, ins = region_of([out])
+    width = inputs[0].shape[-1]
+    config = Config(reduction=True, xblock=1, rblock=triton.next_power_of_2(-(-width // split)), num_warps=num_warps,
+                    split=split, cluster=True)
+    kernel = region_kernel(ops, ins, [out], config=config)
+    by_id = {id(p): t for p, t in zip(phs, inputs, strict=True)}
+    constant = fusion._sibling("reduction_configs").constant  # a region input that is no placeholder
+    feed = [by_id[id(t)] if id(t) in by_id else constant(t).to(inputs[0].device) for t in ins]
+    return lambda: kernel(*feed)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
                    help="also time each configuration without its barrier (wrong results): what the waiting costs")
+    p.add_argument("--generated", type=_split_warps, default=(),
+                   help="also opgraph's generated kernel launched as clusters of SPLITxWARPS (e.g. 16x4,16x8), "
+                        "not the tuner's choice: the same design as the hand-written cluster-rows mode")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--top", type=int, default=6)
     args = p.parse_args(argv)
@@ -424,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             compiled = torch.compile(torch_fn, dynamic=False)
             fns["torch.compile"] = lambda f=compiled, i=inputs: f(*i)
             fns["opgraph (generated)"] = og_function(op, inputs, dev)
+            for split, warps in args.generated:
+                fns[f"opgraph (generated), split {split}, {warps} warps, cluster"] = og_forced(op, inputs, split, warps)
             kernels: list[LongRows] = []
             for split in args.splits:
                 for warps in args.warps:
