@@ -3,7 +3,8 @@
 #   fusion       the fusion table (chains, norms, tiny graphs, the ResNet-18-like step);
 #   configs      the bfloat16 32k-wide rows under every launch configuration;
 #   configs262k  the 262k-wide rows' generated kernels, split rows meeting at counters or as clusters;
-#   long_rows    the 262k-wide rows' hand-written kernels, including the cluster meetings.
+#   long_rows    the 262k-wide rows' hand-written kernels, including the cluster meetings;
+#   same_design  the generated kernel forced to the hand-written one's cluster launch, both in one measurement.
 # Each part's output goes to its own file in $OUT (or ./gpu-logs) with its exit status and seconds, so a part that
 # fails or runs out of the call's time loses only its own file.
 #
@@ -29,7 +30,10 @@ for part in $parts; do
         long_rows) python3 benchmarks/long_rows.py --ops softmax --modes plain,cluster,cluster-rows \
                        --splits 8,16 --warps 4,8 --per-sm 1,2 --repeats 15 --top 10 \
                        > "$logs/long_rows.txt" 2> "$logs/long_rows.err" ;;
-        *) echo "unknown part: $part (of fusion, configs, configs262k, long_rows)" >&2; exit 2 ;;
+        same_design) python3 benchmarks/long_rows.py --ops softmax,rms_norm --dtypes float32,bfloat16 --splits 16 \
+                         --warps 4,8 --modes cluster-rows --generated 16x4,16x8 --repeats 15 --top 8 \
+                         > "$logs/same_design.txt" 2> "$logs/same_design.err" ;;
+        *) echo "unknown part: $part (of fusion, configs, configs262k, long_rows, same_design)" >&2; exit 2 ;;
     esac
     rc=$?
     echo "== $part: exit $rc, $((SECONDS - start)) s" | tee -a "$logs/$part.txt"
