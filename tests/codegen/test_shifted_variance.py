@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 import opgraph as og  # noqa: E402
 from opgraph.codegen.triton.kernel import RegionKernel, region_kernel, region_of  # noqa: E402
 from opgraph.codegen.triton.region import Config  # noqa: E402
-from tests.codegen.test_split_rows import _without_spin  # noqa: E402
+from tests.codegen.test_split_rows import SPIN, _without_spin  # noqa: E402
 
 ROWS, WIDTH = 3, 2048
 CONFIGS = {
@@ -153,3 +153,23 @@ def test_rows_of_no_elements_read_nothing() -> None:
     torch.testing.assert_close(got, torch.ones(3, 1))
     (got,) = fused.run([torch.empty(3, 0)])
     assert got.shape == (3, 1) and bool(got.isnan().all())
+
+
+def test_three_variances_of_a_split_row_meet_at_six_barriers() -> None:
+    """Each variance takes two of a split row's barrier groups (its sums, its guard's centred sum): three in one
+    region still fit (``MAX_BARRIERS``), and match float64 (a launch per meeting, as above)."""
+    g = og.Graph()
+    x = g.placeholder((ROWS, WIDTH), og.float32)
+    outs = [g.variance(x * float(k + 1), [1], keepdims=True) for k in range(3)]
+    ops, ins = region_of(outs)
+    kernel = region_kernel(ops, ins, outs, config=CONFIGS["split in registers"])
+    source, spins = SPIN.subn(r"\1if False:", kernel.source)  # as _without_spin, for six barriers
+    assert spins == 6, kernel.source
+    kernel = dataclasses.replace(kernel, source=source, _fn=None, _launches={}, _workspaces={})
+    xv = _rows()
+    feed = [torch.from_numpy(xv) if t is x else t.op.payload for t in ins]  # and the multipliers, as constants
+    for _ in range(6):
+        results = kernel(*feed)
+    for k, got in enumerate(results):
+        want = ((xv.astype(np.float64) * (k + 1)).var(axis=1, keepdims=True))
+        np.testing.assert_allclose(got.numpy(), want, rtol=2e-6)

@@ -36,7 +36,7 @@ def kernel_name(ops: Sequence[Operation]) -> str:
     return f"{KERNEL_NAME}_{tail}" if tail else KERNEL_NAME
 
 
-MAX_BARRIERS = 4  # statistics groups of a split reduction (a variance needs 2: its sums, its guard's centred sum)
+MAX_BARRIERS = 6  # statistics groups of a split reduction (a variance needs 2: its sums, its guard's centred sum)
 WS_PARTS = 4  # statistics per group
 PARTS_AT_ONCE = 32  # partials of a split column reduction combined per step by its last part
 NAME_PATTERN = re.compile(r"[A-Za-z_]\w*")
