@@ -293,7 +293,7 @@ def _kernels(exe: og.Executable) -> tuple[int, int]:
 def _tuned(exe: og.Executable) -> list[str]:
     """The launch configurations the tuner chose for the executable's generated kernels (CUDA only)."""
     try:
-        return [choice for k in exe.kernels() for choice in k.tuned]
+        return [str(choice) for k in exe.kernels() for choice in k.tuned]
     except TypeError:  # as in ``_kernels``
         return []
 

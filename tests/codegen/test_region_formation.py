@@ -346,7 +346,9 @@ def test_kernels_name_the_launch_configuration_their_tuner_chose() -> None:
     region._tuned[((4, 8),)] = dataclasses.replace(region, config=Config(reduction=True, rblock=4096, looped=True,
                                                                          num_warps=16))
     (info,) = [k for k in exe.kernels() if k.op == "fused_region"]
-    assert info.tuned == ("[(4, 8)]: looped, 4096 a program, 16 warps",)
+    (tuned,) = info.tuned
+    assert (tuned.shapes, tuned.num_warps, tuned.split) == (((4, 8),), 16, 1)
+    assert str(tuned) == "[(4, 8)]: looped, 4096 a program, 16 warps"
 
 
 def test_gradient_graphs_fuse() -> None:

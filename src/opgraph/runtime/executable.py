@@ -325,8 +325,8 @@ class Executable:
     def kernels(self) -> list[KernelInfo]:
         """The kernels a run launches, in order: each with ``.ops`` (graph op names inside it),
         ``.source`` (generated source; ``None`` for a vendor/PyTorch kernel) and ``.tuned`` (the launch
-        configuration the tuner chose per input shapes, e.g. ``"[(256, 262144)]: split 16, 16384 a program,
-        4 warps, as clusters"``). Sources and state accesses launch nothing and are not listed.
+        configuration the tuner chose per input shapes, ``TunedLaunch``: printed as ``"[(256, 262144)]: split 16,
+        16384 a program, 4 warps, as clusters"``). Sources and state accesses launch nothing and are not listed.
 
         >>> import opgraph as og
         >>> g = og.Graph(); x = g.placeholder((2,), og.float32, name="x")
@@ -348,7 +348,8 @@ class Executable:
             launcher = self._generated.kernels.get(o.id)  # a generated region's: its RegionKernel as ``.kernel``
             region = getattr(launcher, "kernel", None)
             chosen = region.tuned_configs() if region is not None else {}
-            tuned = tuple(f"{list(shapes)}: {config.describe()}" for shapes, config in chosen.items())
+            tuned = tuple(TunedLaunch(shapes, config.describe(), config.num_warps, config.split)
+                          for shapes, config in chosen.items())
             out.append(KernelInfo(o.op.name, names, getattr(launcher, "source", None), tuned))
         return out
 
@@ -420,6 +421,21 @@ class MemoryStats:
 
 
 @dataclass(frozen=True)
+class TunedLaunch:
+    """The launch configuration a generated kernel's tuner chose for one set of input ``shapes``: ``config`` says
+    it in words (``"split 16, 16384 a program, 4 warps, as clusters"``), ``num_warps`` and ``split`` (programs
+    sharing a row; 1: none) as values; ``str()`` gives ``"[(256, 262144)]: split 16, ..."``."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    config: str
+    num_warps: int
+    split: int = 1
+
+    def __str__(self) -> str:
+        return f"{list(self.shapes)}: {self.config}"
+
+
+@dataclass(frozen=True)
 class KernelInfo:
     """One kernel of an executable: the op it implements, the graph ops inside it, its generated source, and for a
     tuned one the launch configuration chosen for each input shapes launched so far (on CUDA)."""
@@ -427,7 +443,7 @@ class KernelInfo:
     op: str
     ops: list[str]
     source: str | None
-    tuned: tuple[str, ...] = ()
+    tuned: tuple[TunedLaunch, ...] = ()
 
 
 _PARAMETER = torch.nn.Parameter  # parameters passed as inputs (the PyTorch backend) take the fast path too
