@@ -180,9 +180,10 @@ def _variance_of(op: Operation, em: RegionEmitter, ct: str) -> tuple[str, str]:
 
 
 def _shift(op: Operation, em: RegionEmitter, ct: str) -> str:
-    """The rows' shift c: their first element; for a column tile walked in steps (a batch norm's statistics, 16-128
-    columns a program), the mean of its first step's rows, so that the guard's second walk, which one column of the
-    tile needing it would cost them all, is seldom taken (a first element past 2.8 deviations: 0.5-2% of columns)."""
+    """The rows' shift c: their first element; for a column tile walked in steps (a variance over N, H and W of an
+    NHWC tensor: 16-128 columns a program), the mean of its first step's rows, so that the guard's second walk,
+    which one column of the tile needing it would cost them all, is seldom taken (a first element past 2.8
+    deviations: 0.5-2% of columns; batch norm's own statistics are plain sums, ``passes/decompose.py``)."""
     if not (em.config.looped and em.inner_axis not in em.raxes):
         return em.row_start_value(op.inputs[0])
     acc = em.fresh("acc")
