@@ -173,3 +173,16 @@ def test_three_variances_of_a_split_row_meet_at_six_barriers() -> None:
     for k, got in enumerate(results):
         want = ((xv.astype(np.float64) * (k + 1)).var(axis=1, keepdims=True))
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-6)
+
+
+def test_a_column_tile_of_no_rows_reads_nothing() -> None:
+    """A static reduced count of 0 walked in steps: the first step (the shift) is masked, not taken for a whole
+    step (it read past the input: a crash of the interpreter); the variance of nothing is NaN."""
+    g = og.Graph()
+    x = g.placeholder((0, 16), og.float32)
+    y = g.variance(x, [0], keepdims=True)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=8, rblock=16, looped=True,
+                                                        num_warps=4))
+    (got,) = kernel(torch.empty(0, 16))
+    assert got.shape == (1, 16) and bool(got.isnan().all())

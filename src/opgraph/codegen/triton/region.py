@@ -315,6 +315,10 @@ class RegionEmitter:
         # a row's first element read by the row's own programs before they store (a variance's shift): no bar to
         # writing an output in place
         at = ("row start",) if self._start_mask is not None else self._relative(t, index)
+        if at is not None and at != ("row start",) and self.config.split > 1 and index != self._own_index():
+            # a split row's (or column's) parts read there other parts' elements (x[:, :1] beside a sum): another
+            # part may already have stored over them
+            at = None
         self.loaded_at.setdefault(i, set()).add(at)
         self.loaded_in.setdefault(i, set()).add(self.scope.loop)
         terms = []
@@ -357,6 +361,13 @@ class RegionEmitter:
         if by_row and not cfg.looped or self.rarely:  # a row held in registers is read once: no hint for it
             return ""
         return eviction_mark(i, by_row, self.scope.loop or 0)
+
+    def _own_index(self) -> Index | None:
+        """The current scope's domain index (None in a looped kernel's top scope, which walks no elements)."""
+        try:
+            return self.domain_index()
+        except GraphError:
+            return None
 
     def _flat_offset(self, t: Tensor, index: Index) -> str:
         """The offset of ``index`` in a contiguous ``t``: a known flat position (no div/mod to undo), else the
@@ -563,7 +574,8 @@ class RegionEmitter:
         self.rdep.add(ri)
         scope.mask = self.fresh("m")
         count = self.reduced_count()
-        if (self.config.split == 1 or first_step) and ix.is_int(count) and int(count) % self.config.rblock == 0:
+        if (self.config.split == 1 or first_step) and ix.is_int(count) and int(count) > 0 \
+                and int(count) % self.config.rblock == 0:  # whole steps (a first step of no rows has none)
             self.emit(f"{scope.mask} = xmask & {FULL_ROW}")
         else:
             self.emit(f"{scope.mask} = xmask & ({ri} < {count})")
