@@ -56,6 +56,9 @@ from .indexing import Index
 from .inplace import inplace_pairs
 from .reductions import REDUCTIONS
 
+# ``loaded_at``'s mark of a load at the rows' first element that only their own programs make, before they store
+ROW_START: Index = ("row start",)
+
 
 @dataclass
 class _Scope:
@@ -314,8 +317,8 @@ class RegionEmitter:
             return name
         # a row's first element read by the row's own programs before they store (a variance's shift): no bar to
         # writing an output in place
-        at = ("row start",) if self._start_mask is not None else self._relative(t, index)
-        if at is not None and at != ("row start",) and self.config.split > 1 and index != self._own_index():
+        at = ROW_START if self._start_mask is not None else self._relative(t, index)
+        if at is not None and at != ROW_START and self.config.split > 1 and index != self._own_index():
             # a split row's (or column's) parts read there other parts' elements (x[:, :1] beside a sum): another
             # part may already have stored over them
             at = None
@@ -358,7 +361,9 @@ class RegionEmitter:
         cfg = self.config
         if not cfg.reduction or self.inner_axis not in self.raxes:
             return ""
-        if by_row and not cfg.looped or self.rarely:  # a row held in registers is read once: no hint for it
+        # a row held in registers is read once, and a branch rows seldom take (a variance's guard) is no walk to
+        # plan L2 around: no hint for either
+        if by_row and not cfg.looped or self.rarely:
             return ""
         return eviction_mark(i, by_row, self.scope.loop or 0)
 
