@@ -42,6 +42,8 @@ PARTS_AT_ONCE = 32  # partials of a split column reduction combined per step by 
 NAME_PATTERN = re.compile(r"[A-Za-z_]\w*")
 TILE_REDUCE = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
                 "prod": "tl.reduce({}, 1, og_mul)"}
+# a split row's parts' partials, a [split] vector, to one value (``split_parts.reduce_parts``)
+PARTS_REDUCE = {kind: form.replace(", 1", ", 0") for kind, form in TILE_REDUCE.items()}
 
 
 def generated(op: Operation) -> bool:

@@ -135,9 +135,10 @@ def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str]
     s = em.reduce_tile("sum", f"{asum} * {scale}", ct)
     if em.config.split > 1:  # each part's (max, sum) over its chunk, rescaled to the row's max where they meet
         every_m, every_s = em.exchange([m, s])
-        m = em.reduce_tile("max", every_m, ct)
-        s = em.reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
-                                  f"tl.exp({every_m} - {m}))", ct)
+        row_max = em.reduce_parts("max", every_m, ct)
+        s = em.as_row(em.reduce_parts("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
+                                             f"tl.exp({every_m} - {row_max}))", ct), ct)
+        m = em.as_row(row_max, ct)
     em.top.memo[("stats", id(op), "online")] = f"{m},{s}"
     return m, s
 
@@ -215,7 +216,7 @@ def _centred_again(op: Operation, em: RegionEmitter, mean: str, ct: str) -> str:
         q = em.reduce_tile("sum", f"tl.where({em.scope.mask}, {centred(em.domain_index())}, 0.0)", ct)
     if em.config.split > 1:
         (every,) = em.exchange([q])
-        q = em.reduce_tile("sum", every, ct)
+        q = em.as_row(em.reduce_parts("sum", every, ct), ct)
     return q
 
 
@@ -278,9 +279,10 @@ def _split_softmax(em: RegionEmitter, op: Operation, ct: str) -> tuple[str, str,
     h = em.bind(f"tl.exp({v} - {mp})", "h")
     part_sum = em.reduce_tile("sum", f"tl.where({mask}, {h}, 0.0)", ct)
     every_m, every_s = em.exchange([own, part_sum])
-    m = em.reduce_tile("max", every_m, ct)
-    s = em.reduce_tile("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, tl.exp({every_m} - {m}))",
-                       ct)
+    row_max = em.reduce_parts("max", every_m, ct)
+    s = em.as_row(em.reduce_parts("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
+                                         f"tl.exp({every_m} - {row_max}))", ct), ct)
+    m = em.as_row(row_max, ct)
     scale = em.bind(f"tl.where({own} == float(\"-inf\"), 0.0, tl.exp({own} - {m})) / {s}", "scale")
     em.top.memo[("stats", id(op), "split-softmax")] = f"{m},{s},{h},{scale}"
     return m, s, h, scale

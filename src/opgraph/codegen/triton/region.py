@@ -511,11 +511,20 @@ class RegionEmitter:
     def _meet(self, partials: list[str], parts: list[tuple[str, Callable[[Index], str], str]]) -> list[str]:
         """The row's statistics from the partials of the programs sharing it (one barrier)."""
         tiles = self.exchange(partials)
-        return [self.reduce_tile(kind, every, ct) for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
+        return [self.as_row(self.reduce_parts(kind, every, ct), ct)
+                for every, (kind, _, ct) in zip(tiles, parts, strict=True)]
 
     def exchange(self, partials: list[str]) -> list[str]:
         """Every program's row partials, as tiles over the row's parts (``split_parts.exchange``)."""
         return split_parts.exchange(self, partials)
+
+    def reduce_parts(self, kind: str, parts: str, ct: str) -> str:
+        """A split row's statistic from its parts' partials, a scalar (``split_parts.reduce_parts``)."""
+        return split_parts.reduce_parts(self, kind, parts, ct)
+
+    def as_row(self, scalar: str, ct: str) -> str:
+        """A scalar statistic as a [XBLOCK, 1] tile (``split_parts.as_row``)."""
+        return split_parts.as_row(self, scalar, ct)
 
     @property
     def column_split(self) -> bool:

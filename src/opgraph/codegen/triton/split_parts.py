@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...ir.graph import Tensor
 from . import configs
-from ._text import MAX_BARRIERS, NEUTRAL, PARTS_AT_ONCE, TILE_REDUCE, WS_PARTS, combine
+from ._text import MAX_BARRIERS, NEUTRAL, PARTS_AT_ONCE, PARTS_REDUCE, TILE_REDUCE, WS_PARTS, combine
 from .configs import float32_statistics
 from .expr import NotExpressible
 
@@ -62,7 +62,9 @@ def emit_chunk(em: RegionEmitter) -> None:
 
 
 def exchange(em: RegionEmitter, partials: list[str]) -> list[str]:
-    """Each program's row partials ([XBLOCK, 1]) as [XBLOCK, split] tiles of every program of the row: each writes
+    """Each program's row partials ([XBLOCK, 1], XBLOCK 1) as [split] vectors of every program of the row (reduced by
+    ``reduce_parts``; a [1, split] tile took the chunk's layout in Triton 3.6, 8 values a thread: 128 registers
+    against 80 for bfloat16 softmax at 8 warps, RESULTS.md twenty-third session): each writes
     its partials to the workspace, counts itself in at the row's barrier and waits for the others. They are
     resident: a row's programs are consecutive, the grid is dispatched in order (observed, not promised by CUDA)
     and there are at most as many as multiprocessors, each of which holds one (a row split into more is refused:
@@ -92,9 +94,25 @@ def exchange(em: RegionEmitter, partials: list[str]) -> list[str]:
     out = []
     for k in range(len(partials)):
         every = em.fresh("all")
-        em.emit(f"{every} = tl.load({base} + {k * split} + tl.arange(0, {split})[None, :], cache_modifier=\".cg\")")
+        em.emit(f"{every} = tl.load({base} + {k * split} + tl.arange(0, {split}), cache_modifier=\".cg\")")
         out.append(every)
     return out
+
+
+def reduce_parts(em: RegionEmitter, kind: str, parts: str, ct: str) -> str:
+    """The row's statistic of ``kind`` from an expression over its parts' partials (``exchange``'s vectors): a
+    scalar, which the row's elements and the next statistic over the partials take as it is (``em.as_row`` gives
+    it the row's [XBLOCK, 1] shape)."""
+    name = em.fresh("s")
+    em.emit(f"{name} = {PARTS_REDUCE[kind].format(parts)}.to({ct})")
+    return name
+
+
+def as_row(em: RegionEmitter, scalar: str, ct: str) -> str:
+    """A split row's statistic (a scalar, ``reduce_parts``) as a [XBLOCK, 1] tile, the shape of any other row's."""
+    name = em.fresh("s")
+    em.emit(f"{name} = tl.zeros([XBLOCK, 1], {ct}) + {scalar}")
+    return name
 
 
 def reset_row_counters(em: RegionEmitter) -> None:
@@ -144,5 +162,5 @@ def finish_in_last_part(em: RegionEmitter, rows: list[tuple[int, Tensor]]) -> No
     em.finishing = False
 
 
-__all__ = ["emit_chunk", "exchange", "finish_in_last_part", "open_column_split", "open_split_row",
-           "reset_row_counters"]
+__all__ = ["as_row", "emit_chunk", "exchange", "finish_in_last_part", "open_column_split", "open_split_row",
+           "reduce_parts", "reset_row_counters"]
