@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from ...ops import norm
 from ...passes.fuse import SHORT_COLUMN
 
 if TYPE_CHECKING:
@@ -129,7 +128,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK // 2, 4)):
             split = 1 << (-(-rnumel // chunk) - 1).bit_length()
             rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-            if split <= sms and _part_fits(em, rblock, warps):
+            if split <= sms and _part_fits(rblock, warps):
                 out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split))
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
@@ -137,26 +136,21 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         if clusters():  # sm_90: the parts meet at the cluster's hardware barrier, not at counters in L2 (faster
             # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 and 16
             # warps too: the hand-written bfloat16 softmax's best was 8 (0.168 against 0.188 ms at 4, twenty-first
-            # session; the generated one's is still 4), and 16 is a layer norm's only cluster quick to compile
+            # session; the generated one's takes the hand-written one's 80 registers since the twenty-third)
             for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK, 8), (SPLIT_CHUNK, 16), (2 * SPLIT_CHUNK, 16)):
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
                 rblock = 1 << (-(-rnumel // split) - 1).bit_length()
-                if 1 < split <= MAX_CLUSTER and _part_fits(em, rblock, warps):
+                if 1 < split <= MAX_CLUSTER and _part_fits(rblock, warps):
                     out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
                                       cluster=True))
     return out
 
 
-def _part_fits(em: RegionEmitter, rblock: int, warps: int) -> bool:
+def _part_fits(rblock: int, warps: int) -> bool:
     """Whether a split row's part of ``rblock`` elements is worth compiling at ``warps``: at most 32768 elements and
-    128 a thread; a region with a layer norm (two moments, and gamma and beta where it has them) at most 8192
-    elements or 32 a thread: ptxas of Triton 3.6 took 7 s on 8192 at 4 warps (64 a thread), 20 s on 16384 at 8, 88 s
-    at 4, over 120 s on 32768 at 16 (softmax's 16384 at 4: 0.8 s), and the tuner compiles every candidate on a
-    region's first launch."""
-    per_thread = rblock // (32 * warps)
-    if any(op.op is norm.LAYER_NORM for op in em.reductions):
-        return per_thread <= 128 and (rblock <= SPLIT_CHUNK // 2 or per_thread <= 32)
-    return per_thread <= 128 and rblock <= 2 * SPLIT_CHUNK
+    128 a thread. (Layer norms were held to 8192, or 32 a thread, while their parts' partials took the chunk's layout
+    and spilled: ptxas of Triton 3.6 took 37-182 s on them, 0.1-0.3 s since, RESULTS.md twenty-third session.)"""
+    return rblock // (32 * warps) <= 128 and rblock <= 2 * SPLIT_CHUNK
 
 
 def column_split(kept: int, xblock: int, rows: int, rblock: int, programs: int) -> int:
