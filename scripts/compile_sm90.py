@@ -2,10 +2,13 @@
 offer for issue 4's softmax and norms, with Triton's real compiler (ptxas included): run before a GPU session, so that
 its minutes go to measurements rather than to compile errors. Prints a table: per case, the configurations that
 compiled and those that failed, with the first error, and the slowest compile (a tuner compiles every candidate on
-a region's first launch, so one that takes minutes in ptxas costs that first launch as much).
+a region's first launch, so one that takes minutes in ptxas costs that first launch as much). With ``--registers``,
+also a row per configuration with the registers a thread and the bytes spilled that ``ptxas -v`` reports (spills and
+layouts differ between Triton versions: install the GPU machine's with ``pip install --target DIR triton==3.6.0``
+and run with ``PYTHONPATH=DIR``).
 
     python scripts/compile_sm90.py
-    python scripts/compile_sm90.py --ops softmax --dtypes bfloat16 --widths 32768,262144
+    python scripts/compile_sm90.py --ops softmax --dtypes bfloat16 --widths 32768,262144 --registers
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import argparse
 import dataclasses
 import importlib.util
 import os
+import re
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,22 @@ def compile_for_sm90(kernel: RegionKernel, shapes: list[tuple[int, ...]]) -> Any
     return compiled
 
 
+def ptxas_usage(compiled: Any) -> tuple[int, int]:
+    """(registers a thread, bytes of spill stores) of ``compiled``'s PTX, from ``ptxas -v`` for sm_90a (the ptxas
+    Triton uses: ``TRITON_PTXAS_PATH`` or its own)."""
+    import triton.backends.nvidia as nvidia
+
+    ptxas = os.environ.get("TRITON_PTXAS_PATH") or os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as folder:
+        ptx = Path(folder) / "kernel.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        done = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
+                              capture_output=True, text=True, check=True)
+    registers = re.search(r"Used (\d+) registers", done.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", done.stderr)
+    return int(registers.group(1)) if registers else 0, int(spills.group(1)) if spills else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", default="softmax,log_softmax,layer_norm,rms_norm", help="comma-separated norms")
@@ -62,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--widths", default="4096,32768,262144", help="comma-separated row widths (powers of two)")
     p.add_argument("--chunks", default="8192,16384,32768", help="split rows: elements a program holds")
     p.add_argument("--sms", type=int, default=132, help="multiprocessors of the target GPU (H200: 132)")
+    p.add_argument("--registers", action="store_true",
+                   help="also each configuration's registers a thread and spilled bytes (ptxas -v)")
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # the point is the real compiler (read as kernels load)
     from triton.runtime import driver
@@ -69,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     driver.set_active(compile_worker.CompileOnlyDriver((9, 0)))
     progress = Progress()
     rows: list[list[Any]] = []
+    usage: list[list[Any]] = []  # --registers: a row per configuration
     failed_any = False
     with mock.patch.object(configs, "multiprocessors", lambda: args.sms), \
             mock.patch.object(configs, "_splittable", lambda em: True):
@@ -105,14 +130,23 @@ def main(argv: list[str] | None = None) -> int:
                                 continue
                             try:
                                 start = time.perf_counter()
-                                compile_for_sm90(kernel, shapes)
-                                slowest = max(slowest, (time.perf_counter() - start, c.describe()))
+                                compiled = compile_for_sm90(kernel, shapes)
+                                seconds = time.perf_counter() - start
+                                slowest = max(slowest, (seconds, c.describe()))
                                 ok += 1
+                                if args.registers:
+                                    registers, spilled = ptxas_usage(compiled)
+                                    usage.append([op, dtype, width, c.describe(), registers, spilled,
+                                                  f"{seconds:.1f}"])
                             except Exception as e:  # noqa: BLE001 -- reported in the table
                                 errors.append(f"{c.describe()}: {type(e).__name__}: {str(e)[-200:]}")
                     failed_any = failed_any or bool(errors)
                     rows.append([op, dtype, width, ok, refused, len(errors), f"{slowest[0]:.1f}", slowest[1],
                                  errors[0] if errors else ""])
+    if usage:
+        print(format_table(["op", "dtype", "width", "configuration", "registers", "spilled bytes", "compile s"],
+                           usage))
+        print()
     print(format_table(["op", "dtype", "width", "compiled", "refused", "failed", "slowest s", "slowest compile",
                         "first error"], rows))
     return 1 if failed_any else 0
