@@ -13,7 +13,9 @@ and ``pipelined`` (the next row loaded, reduced and counted in before waiting fo
 barrier (partials still exchanged through L2), ``cluster-ahead`` and ``cluster-l2`` do so with the next row's
 chunk loaded into registers before the meeting or brought into L2 by the copy engine, and ``cluster-rows`` launches
 a cluster per row instead of walking: the fastest on the H200 (RESULTS.md, twenty-first session);
-``cluster-2rows`` and ``cluster-4rows`` launch a cluster per 2 or 4 rows (parameters loaded once, one meeting).
+``cluster-2rows`` and ``cluster-4rows`` launch a cluster per 2 or 4 rows (parameters loaded once, one meeting);
+``cluster-held`` is ``cluster`` with the parameters loaded once before the walk, and ``cluster-rows-early`` is
+``cluster-rows`` with them loaded before the meeting (their L2 reads off the path after it).
 ``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
 session found 0.73 of copy with the barrier and 0.85-0.87 without.
 
@@ -117,22 +119,36 @@ if triton is not None:
         return tl.load(slot + parts, cache_modifier=".cg"), tl.load(slot + SPLIT + parts, cache_modifier=".cg")
 
     @triton.jit
+    def _params(w_ptr, b_ptr, cols, inside, OP: tl.constexpr):  # type: ignore[no-untyped-def]
+        """The chunk's gamma and beta (rms_norm's gamma twice), as stored; softmax has none."""
+        if OP == SOFTMAX:
+            w, b = 0.0, 0.0
+        else:
+            w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+            b = tl.load(b_ptr + cols, mask=inside, other=0.0)
+        return w, b
+
+    @triton.jit
     def _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N: tl.constexpr,  # type: ignore[no-untyped-def]
                 SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr):
         """The chunk's outputs from the row's partials."""
+        w, b = _params(w_ptr, b_ptr, cols, inside, OP)
+        return _finish_with(h, a, every_a, every_c, w, b, eps, N, SPLIT, CHUNK, OP)
+
+    @triton.jit
+    def _finish_with(h, a, every_a, every_c, w, b, eps, N: tl.constexpr,  # type: ignore[no-untyped-def]
+                     SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr):
+        """The chunk's outputs from the row's partials and the chunk's parameters (``_params``)."""
         if OP == SOFTMAX:
             m = tl.max(every_a, 0)
             y = h * (tl.exp(a - m) / tl.sum(every_c * tl.exp(every_a - m), 0))
         elif OP == RMS_NORM:
-            w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            y = h * (tl.rsqrt(tl.sum(every_a, 0) / N + eps)) * w
+            y = h * (tl.rsqrt(tl.sum(every_a, 0) / N + eps)) * w.to(tl.float32)
         else:
             counts = tl.minimum(N - tl.arange(0, SPLIT) * CHUNK, CHUNK).to(tl.float32)
             mean = tl.sum(every_a * counts, 0) / N
             var = (tl.sum(every_c, 0) + tl.sum(counts * (every_a - mean) * (every_a - mean), 0)) / N
-            w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-            y = (h - mean) * tl.rsqrt(var + eps) * w + b
+            y = (h - mean) * tl.rsqrt(var + eps) * w.to(tl.float32) + b.to(tl.float32)
         return y
 
     @triton.jit
@@ -210,13 +226,16 @@ if triton is not None:
     @triton.jit
     def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
                            eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
-                           BACKOFF: tl.constexpr, AHEAD: tl.constexpr):
+                           BACKOFF: tl.constexpr, AHEAD: tl.constexpr, HOLD: tl.constexpr):
         """Launched as clusters of ``SPLIT`` programs (a group each): a row's parts meet at the cluster's hardware
         barrier instead of a counter in memory, exchanging partials through two slots in L2 (a part writes row
         i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's).
         ``AHEAD`` 1 loads the next row's chunk into registers before the meeting; 2 has the copy engine bring it
-        into L2 at the top of the row (``_prefetch_l2``)."""
+        into L2 at the top of the row (``_prefetch_l2``). ``HOLD`` loads the chunk's parameters once, before the
+        first row (every row of a group has the same columns), instead of after each meeting."""
         part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
+        if HOLD:
+            w_held, b_held = _params(w_ptr, b_ptr, cols, inside, OP)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
         parts = tl.arange(0, SPLIT)
         it = 0
@@ -240,7 +259,10 @@ if triton is not None:
             seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
             every_a = tl.load(seen + parts, cache_modifier=".cg")
             every_c = tl.load(seen + SPLIT + parts, cache_modifier=".cg")
-            y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
+            if HOLD:
+                y = _finish_with(h, a, every_a, every_c, w_held, b_held, eps, N, SPLIT, CHUNK, OP)
+            else:
+                y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
             tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
             it += 1  # noqa: SIM113 (a Triton loop-carried value)
 
@@ -299,7 +321,7 @@ if triton is not None:
 
 # how programs walk rows (the docstrings)
 MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2", "cluster-2rows",
-         "cluster-4rows")
+         "cluster-4rows", "cluster-held", "cluster-rows-early")
 
 
 class LongRows:
@@ -332,7 +354,7 @@ class LongRows:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
         self.fits = per_sm <= self.resident
         self._size(max(1, min(self.rows, sms * min(per_sm, self.resident) // split)))
-        if mode == "cluster-rows":  # a cluster a row: clusters never wait for each other, the GPU schedules them
+        if mode in ("cluster-rows", "cluster-rows-early"):  # a cluster a row: the GPU schedules them
             self._size(self.rows)
 
     def _size(self, groups: int) -> None:
@@ -364,12 +386,13 @@ class LongRows:
             return _long_rows_cluster_tile[(tiles,)](*targs, **tsizes)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
             ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
+            how = dict(AHEAD=ahead, HOLD=self.mode in ("cluster-held", "cluster-rows-early"))
             if not self.launched:  # the first launch compiles (clusters of one: wrong, but compiled)
-                return _long_rows_cluster[grid](*args, AHEAD=ahead, **sizes)
+                return _long_rows_cluster[grid](*args, **how, **sizes)
             if self.groups not in self.patched:  # Triton compiles again for ``groups`` 1 (an int of 1 is specialised)
-                cluster_launch(_long_rows_cluster.warmup(*args, AHEAD=ahead, grid=grid, **sizes), self.split)
+                cluster_launch(_long_rows_cluster.warmup(*args, grid=grid, **how, **sizes), self.split)
                 self.patched.add(self.groups)
-            return _long_rows_cluster[(self.groups,)](*args, AHEAD=ahead, **sizes)
+            return _long_rows_cluster[(self.groups,)](*args, **how, **sizes)
         if self.mode == "pipelined":
             return _long_rows_pipelined[grid](*args, **sizes)
         return _long_rows[grid](*args, PREFETCH=self.mode == "prefetch", MEET=self.meet, **sizes)
@@ -433,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(groups launched as clusters meeting at the hardware barrier), cluster-rows (a cluster a "
                         "row), cluster-ahead (clusters loading the next row before the meeting), cluster-l2 "
                         "(clusters having the next row brought into L2), cluster-2rows and cluster-4rows (a cluster "
-                        "holding 2 or 4 rows, their parameters loaded once and one meeting)")
+                        "holding 2 or 4 rows, their parameters loaded once and one meeting), cluster-held (clusters "
+                        "walking rows, their parameters loaded once before the first), cluster-rows-early (a cluster "
+                        "a row, its parameters loaded before the row's meeting)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
