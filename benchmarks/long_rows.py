@@ -120,9 +120,11 @@ if triton is not None:
 
     @triton.jit
     def _params(w_ptr, b_ptr, cols, inside, OP: tl.constexpr):  # type: ignore[no-untyped-def]
-        """The chunk's gamma and beta (rms_norm's gamma twice), as stored; softmax has none."""
+        """The chunk's gamma and beta as stored: softmax has neither, rms_norm no beta."""
         if OP == SOFTMAX:
             w, b = 0.0, 0.0
+        elif OP == RMS_NORM:
+            w, b = tl.load(w_ptr + cols, mask=inside, other=0.0), 0.0
         else:
             w = tl.load(w_ptr + cols, mask=inside, other=0.0)
             b = tl.load(b_ptr + cols, mask=inside, other=0.0)

@@ -3,7 +3,7 @@ offer for issue 4's softmax and norms, with Triton's real compiler (ptxas includ
 its minutes go to measurements rather than to compile errors. Prints a table: per case, the configurations that
 compiled and those that failed, with the first error, and the slowest compile (a tuner compiles every candidate on
 a region's first launch, so one that takes minutes in ptxas costs that first launch as much). With ``--registers``,
-also a row per configuration with the registers a thread and the bytes spilled that ``ptxas -v`` reports (spills and
+also a row per configuration with the registers and stack (spills) a thread of its cubin (spills and
 layouts differ between Triton versions: install the GPU machine's with ``pip install --target DIR triton==3.6.0``
 and run with ``PYTHONPATH=DIR``).
 
@@ -61,20 +61,18 @@ def compile_for_sm90(kernel: RegionKernel, shapes: list[tuple[int, ...]]) -> Any
     return compiled
 
 
-def ptxas_usage(compiled: Any) -> tuple[int, int]:
-    """(registers a thread, bytes of spill stores) of ``compiled``'s PTX, from ``ptxas -v`` for sm_90a (the ptxas
-    Triton uses: ``TRITON_PTXAS_PATH`` or its own)."""
+def resource_usage(compiled: Any) -> tuple[int, int] | None:
+    """(registers a thread, bytes of stack a thread: where ptxas puts spills) of the cubin Triton built for
+    ``compiled``, from the ``cuobjdump -res-usage`` beside Triton's ptxas; ``None`` where it cannot say."""
     import triton.backends.nvidia as nvidia
 
-    ptxas = os.environ.get("TRITON_PTXAS_PATH") or os.path.join(os.path.dirname(nvidia.__file__), "bin", "ptxas")
+    tool = os.path.join(os.path.dirname(nvidia.__file__), "bin", "cuobjdump")
     with tempfile.TemporaryDirectory() as folder:
-        ptx = Path(folder) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        done = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".cubin"))],
-                              capture_output=True, text=True, check=True)
-    registers = re.search(r"Used (\d+) registers", done.stderr)
-    spills = re.search(r"(\d+) bytes spill stores", done.stderr)
-    return int(registers.group(1)) if registers else 0, int(spills.group(1)) if spills else 0
+        cubin = Path(folder) / "kernel.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        done = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=False)
+    found = re.search(r"REG:(\d+) STACK:(\d+)", done.stdout)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", default="8192,16384,32768", help="split rows: elements a program holds")
     p.add_argument("--sms", type=int, default=132, help="multiprocessors of the target GPU (H200: 132)")
     p.add_argument("--registers", action="store_true",
-                   help="also each configuration's registers a thread and spilled bytes (ptxas -v)")
+                   help="also each configuration's registers and stack (spilled) bytes a thread")
     args = p.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # the point is the real compiler (read as kernels load)
     from triton.runtime import driver
@@ -134,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                                 seconds = time.perf_counter() - start
                                 slowest = max(slowest, (seconds, c.describe()))
                                 ok += 1
-                                if args.registers:
-                                    registers, spilled = ptxas_usage(compiled)
-                                    usage.append([op, dtype, width, c.describe(), registers, spilled,
+                                if args.registers:  # not a compile failure where unknown: "?"
+                                    used = resource_usage(compiled)
+                                    usage.append([op, dtype, width, c.describe(), *(used or ("?", "?")),
                                                   f"{seconds:.1f}"])
                             except Exception as e:  # noqa: BLE001 -- reported in the table
                                 errors.append(f"{c.describe()}: {type(e).__name__}: {str(e)[-200:]}")
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append([op, dtype, width, ok, refused, len(errors), f"{slowest[0]:.1f}", slowest[1],
                                  errors[0] if errors else ""])
     if usage:
-        print(format_table(["op", "dtype", "width", "configuration", "registers", "spilled bytes", "compile s"],
+        print(format_table(["op", "dtype", "width", "configuration", "registers", "stack bytes", "compile s"],
                            usage))
         print()
     print(format_table(["op", "dtype", "width", "compiled", "refused", "failed", "slowest s", "slowest compile",

@@ -67,6 +67,32 @@ def test_split_rows_match_unfused(case: str, split: int, rblock: int, looped: bo
     torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4, equal_nan=True)
 
 
+@pytest.mark.parametrize("looped", [True, False])
+@pytest.mark.parametrize("case", ["layer_norm", "variance"])
+def test_a_taken_guard_meets_again_and_gives_the_centred_variance(case: str, looped: bool) -> None:
+    """Rows whose first element (the shift) lies far from the mean take the variance's guard: the parts sum (x -
+    mean)^2 and meet a second time. The interpreter's launches read the partials of the one before, so the third
+    launch is the first whose guard reads every part's (the second's result is wrong: the branch's value is used)."""
+    rows, width = 5, 61
+    g = og.Graph()
+    x = g.placeholder((rows, width), og.float32)
+    y = g.layer_norm(x, [1]) if case == "layer_norm" else g.variance(x, [1])
+    ops, ins = region_of([y])
+    config = Config(reduction=True, xblock=1, rblock=4 if looped else 8, looped=looped, num_warps=4, split=8)
+    with mock.patch.object(configs, "multiprocessors", lambda: 132):
+        kernel = region_kernel(ops, ins, [y], config=config)
+    assert len(GUARD.findall(kernel.source)) == 1
+    xv = torch.randn(rows, width, generator=torch.Generator().manual_seed(3))
+    xv[:, 0] += 100.0  # (mean - shift)^2 ~ 60 variances: past SHIFT_GUARD, every row takes the branch
+    args = [xv if t is x else t.op.payload for t in ins]
+    runnable = _without_spin(kernel)
+    runnable(*args)
+    runnable(*args)
+    (got,) = runnable(*args)
+    (want,) = g.compile({x: x.type}, [y], device="cpu", descriptor=og.CompilationDescriptor(fusion=False)).run([xv])
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("split", [1, 4])
 def test_softmax_and_log_softmax_of_one_input_share_their_statistics(split: int) -> None:
     """A cross entropy's loss and gradient (log_softmax and softmax of the same logits) in one region: one max, one
