@@ -43,7 +43,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z_]\w*")
 TILE_REDUCE = {"sum": "tl.sum({}, 1)", "max": "tl.max({}, 1)", "min": "tl.min({}, 1)",
                 "prod": "tl.reduce({}, 1, og_mul)"}
 # a split row's parts' partials, a [split] vector, to one value (``split_parts.reduce_parts``)
-PARTS_REDUCE = {kind: form.replace(", 1", ", 0") for kind, form in TILE_REDUCE.items()}
+PARTS_REDUCE = {"sum": "tl.sum({}, 0)", "max": "tl.max({}, 0)", "min": "tl.min({}, 0)",
+                "prod": "tl.reduce({}, 0, og_mul)"}
 
 
 def generated(op: Operation) -> bool:

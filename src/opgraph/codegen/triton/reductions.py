@@ -135,12 +135,18 @@ def _online_softmax(em: RegionEmitter, op: Operation, fn: Callable[[Index], str]
     s = em.reduce_tile("sum", f"{asum} * {scale}", ct)
     if em.config.split > 1:  # each part's (max, sum) over its chunk, rescaled to the row's max where they meet
         every_m, every_s = em.exchange([m, s])
-        row_max = em.reduce_parts("max", every_m, ct)
-        s = em.as_row(em.reduce_parts("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
-                                             f"tl.exp({every_m} - {row_max}))", ct), ct)
-        m = em.as_row(row_max, ct)
+        m, s = _softmax_of_parts(em, every_m, every_s, ct)
     em.top.memo[("stats", id(op), "online")] = f"{m},{s}"
     return m, s
+
+
+def _softmax_of_parts(em: RegionEmitter, every_m: str, every_s: str, ct: str) -> tuple[str, str]:
+    """A split row's (max, sum of exp about it) from its parts' pairs (``exchange``'s vectors): each part's sum
+    rescaled to the row's max (a part of -inf adds nothing)."""
+    row_max = em.reduce_parts("max", every_m, ct)  # a scalar, so the rescaling stays over the [split] vectors
+    s = em.reduce_parts("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
+                               f"tl.exp({every_m} - {row_max}))", ct)
+    return em.as_row(row_max, ct), em.as_row(s, ct)
 
 
 # the shifted sums' variance, E[(x - c)^2] - E[x - c]^2, loses ~(1 + (mean - c)^2 / var) times a centred sum's
@@ -279,10 +285,7 @@ def _split_softmax(em: RegionEmitter, op: Operation, ct: str) -> tuple[str, str,
     h = em.bind(f"tl.exp({v} - {mp})", "h")
     part_sum = em.reduce_tile("sum", f"tl.where({mask}, {h}, 0.0)", ct)
     every_m, every_s = em.exchange([own, part_sum])
-    row_max = em.reduce_parts("max", every_m, ct)
-    s = em.as_row(em.reduce_parts("sum", f"{every_s} * tl.where({every_m} == float(\"-inf\"), 0.0, "
-                                         f"tl.exp({every_m} - {row_max}))", ct), ct)
-    m = em.as_row(row_max, ct)
+    m, s = _softmax_of_parts(em, every_m, every_s, ct)
     scale = em.bind(f"tl.where({own} == float(\"-inf\"), 0.0, tl.exp({own} - {m})) / {s}", "scale")
     em.top.memo[("stats", id(op), "split-softmax")] = f"{m},{s},{h},{scale}"
     return m, s, h, scale
