@@ -18,6 +18,11 @@ a cluster per row instead of walking: the fastest on the H200 (RESULTS.md, twent
 ``cluster-rows`` with them loaded before the meeting (their L2 reads off the path after it).
 ``--no-barrier`` also times plain and prefetch kernels with their meetings skipped (wrong results): the twelfth
 session found 0.73 of copy with the barrier and 0.85-0.87 without.
+The ``rows-*`` modes are ``cluster-rows`` with one change each (``_long_rows_cluster_row``, twenty-fourth session):
+``rows-cg`` loads the chunk past L1; ``rows-dsmem`` exchanges partials through the peers' shared memory instead of
+L2; ``rows-packed`` holds a bfloat16 chunk as loaded through the meeting; ``rows-l1`` brings the parameters into L1
+before the chunk's loads; ``rows-unmet`` skips the meeting (wrong results, timed: the design's ceiling).
+``--maxnreg`` also launches them with registers capped.
 
     python benchmarks/long_rows.py
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
@@ -26,6 +31,7 @@ session found 0.73 of copy with the barrier and 0.85-0.87 without.
     python benchmarks/long_rows.py --modes plain,cluster,cluster-rows --splits 8,16 --per-sm 1,2
     python benchmarks/long_rows.py --ops softmax --dtypes bfloat16 --splits 16 --warps 4,8 --modes cluster-rows \
         --generated 16x4,16x8       # the generated kernel of the same design beside the hand-written one
+    python benchmarks/long_rows.py --splits 16 --warps 8 --modes cluster-rows,rows-dsmem,rows-unmet --maxnreg 80
 """
 
 from __future__ import annotations
@@ -321,9 +327,129 @@ if triton is not None:
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=inside)
 
 
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        @triton.jit
+        def _cluster_arrive(token):  # type: ignore[no-untyped-def]
+            """Arrive at the cluster's barrier without waiting (relaxed: orders nothing)."""
+            return tl.inline_asm_elementwise("barrier.cluster.arrive.relaxed.aligned;\n\tmov.u32 $0, $1;", "=r,r",
+                                             [token], dtype=tl.int32, is_pure=False, pack=1)
+
+        @triton.jit
+        def _cluster_wait(token):  # type: ignore[no-untyped-def]
+            """Wait for every program of the cluster to have arrived."""
+            return tl.inline_asm_elementwise("barrier.cluster.wait.aligned;\n\tmov.u32 $0, $1;", "=r,r",
+                                             [token], dtype=tl.int32, is_pure=False, pack=1)
+
+        @triton.jit
+        def _dsmem_put(value, peer, offset):  # type: ignore[no-untyped-def]
+            """Store ``value`` at byte ``offset`` of the shared memory of the cluster's program ``peer``
+            (``mapa``: this program's shared address mapped into the peer's window)."""
+            return tl.inline_asm_elementwise(
+                "{\n\t.reg .u32 ogl, ogr;\n\tmov.u32 ogl, global_smem;\n\tadd.u32 ogl, ogl, $3;\n\t"
+                "mapa.shared::cluster.u32 ogr, ogl, $2;\n\tst.shared::cluster.f32 [ogr], $1;\n\t"
+                "mov.u32 $0, 0;\n\t}", "=r,f,r,r", [value, peer, offset], dtype=tl.int32, is_pure=False, pack=1)
+
+        @triton.jit
+        def _smem_get(offset):  # type: ignore[no-untyped-def]
+            """The float32 at byte ``offset`` of this program's shared memory."""
+            return tl.inline_asm_elementwise(
+                "{\n\t.reg .u32 ogl;\n\tmov.u32 ogl, global_smem;\n\tadd.u32 ogl, ogl, $1;\n\t"
+                "ld.shared.f32 $0, [ogl];\n\t}", "=f,r", [offset], dtype=tl.float32, is_pure=False, pack=1)
+
+        @triton.jit
+        def _widen_again(x):  # type: ignore[no-untyped-def]
+            """bfloat16 to float32 once more (an asm, so not merged with the first conversion before the meeting:
+            the chunk stays held as 16-bit values through it)."""
+            return tl.inline_asm_elementwise("cvt.f32.bf16 $0, $1;", "=f,h", [x], dtype=tl.float32,
+                                             is_pure=False, pack=1)
+
+        @triton.jit
+        def _prefetch_l1(ptrs):  # type: ignore[no-untyped-def]
+            """Ask for the lines at ``ptrs`` in L1 (no register holds them; a later load there hits L1)."""
+            return tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
+                                             dtype=tl.int32, is_pure=False, pack=1)
+
+    else:  # the interpreter runs no PTX and one program at a time: no cluster, no shared memory of peers
+        @triton.jit
+        def _cluster_arrive(token):  # type: ignore[no-untyped-def]
+            return token
+
+        @triton.jit
+        def _cluster_wait(token):  # type: ignore[no-untyped-def]
+            return token
+
+        @triton.jit
+        def _prefetch_l1(ptrs):  # type: ignore[no-untyped-def]
+            return 0
+
+        @triton.jit
+        def _widen_again(x):  # type: ignore[no-untyped-def]
+            return x.to(tl.float32)
+
+    @triton.jit
+    def _long_rows_cluster_row(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, smem_at, eps,  # type: ignore[no-untyped-def]
+                               N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
+                               DSMEM: tl.constexpr, PACKED: tl.constexpr, MEET: tl.constexpr,
+                               L1: tl.constexpr):
+        """A cluster a row (``cluster-rows``) with three switches. ``DSMEM``: each part writes its partials
+        into every part's shared memory (at byte ``smem_at``, past Triton's own) and reads them there after the
+        barrier, instead of a round trip through L2. ``PACKED`` (bfloat16): the chunk is held as loaded through
+        the meeting and widened again after it (half the registers; softmax's exps computed again). Without
+        ``MEET`` the parts skip the meeting (wrong results): the design's ceiling. ``L1`` 1 loads the chunk past
+        L1 (``.cg``), 2 also has the chunk's parameters brought into L1 before it (``prefetch.global.L1``), so
+        that their loads after the meeting hit L1 rather than wait for L2."""
+        part, row, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
+        started = row * 0
+        if DSMEM:  # a part writes a peer's shared memory only once that peer has started
+            started = _cluster_arrive(started)
+        neutral = float("-inf") if OP == SOFTMAX else 0.0
+        if L1 == 2 and OP != SOFTMAX:  # a line a thread or so: 128 bytes apart
+            LINE: tl.constexpr = 128 // (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
+            lines = part * CHUNK + tl.arange(0, CHUNK // LINE) * LINE
+            _prefetch_l1(w_ptr + lines)
+            if OP == LAYER_NORM:
+                _prefetch_l1(b_ptr + lines)
+        if L1:
+            x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral, cache_modifier=".cg")
+        else:
+            x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
+        a, c, h = _partials(x, inside, OP)
+        parts = tl.arange(0, SPLIT)
+        if MEET:
+            if DSMEM:
+                started = _cluster_wait(started)
+                _dsmem_put(a, parts, smem_at + started + part * 4)
+                _dsmem_put(c, parts, smem_at + started + (SPLIT + part) * 4)
+                tok = og_cluster_sync(started)
+                every_a = _smem_get(smem_at + tok + parts * 4)
+                every_c = _smem_get(smem_at + tok + (SPLIT + parts) * 4)
+            else:
+                slot = ws_ptr + row * 2 * SPLIT
+                tl.store(slot + part, a)
+                tl.store(slot + SPLIT + part, c)
+                tl.debug_barrier()
+                tok = og_cluster_sync(started)
+                every_a = tl.load(slot + tok + parts, cache_modifier=".cg")
+                every_c = tl.load(slot + tok + SPLIT + parts, cache_modifier=".cg")
+        else:  # timing only: each chunk's own partials stand for the row's
+            every_a = tl.where(parts == part, a, neutral)
+            every_c = tl.where(parts == part, c, 0.0)
+        if PACKED:
+            h = _widen_again(x)
+            if OP == SOFTMAX:
+                h = tl.exp(h - a)
+        y = _finish(h, a, every_a, every_c, w_ptr, b_ptr, cols, inside, eps, N, SPLIT, CHUNK, OP)
+        tl.store(y_ptr + (wide * 0 + row) * N + cols, y.to(y_ptr.dtype.element_ty), mask=inside)
+
+
 # how programs walk rows (the docstrings)
 MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2", "cluster-2rows",
-         "cluster-4rows", "cluster-held", "cluster-rows-early")
+         "cluster-4rows", "cluster-held", "cluster-rows-early", "rows-dsmem", "rows-packed", "rows-dsmem-packed",
+         "rows-unmet", "rows-cg", "rows-l1", "rows-unmet-l1", "rows-packed-l1")
+# the modes of ``_long_rows_cluster_row``: (DSMEM, PACKED, MEET, L1)
+ROW_MODES = {"rows-dsmem": (1, 0, 1, 0), "rows-packed": (0, 1, 1, 0), "rows-dsmem-packed": (1, 1, 1, 0),
+             "rows-unmet": (0, 0, 0, 0), "rows-cg": (0, 0, 1, 1), "rows-l1": (0, 0, 1, 2),
+             "rows-unmet-l1": (0, 0, 0, 2), "rows-packed-l1": (0, 1, 1, 2)}
 
 
 class LongRows:
@@ -332,9 +458,10 @@ class LongRows:
     that many). Without ``meet`` the kernel skips its meetings: wrong results, timed to show what waiting costs."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, mode: str,
-                 per_sm: int, meet: bool = True, backoff: bool = False) -> None:
+                 per_sm: int, meet: bool = True, backoff: bool = False, maxnreg: int = 0) -> None:
         x = inputs[0]
         self.backoff = backoff
+        self.maxnreg = maxnreg  # ``_long_rows_cluster_row``'s register cap (0: ptxas's choice)
         self.op, self.inputs, self.split, self.num_warps, self.mode, self.meet = OPS[op], inputs, split, num_warps, \
             mode, meet
         self.rows, self.n = x.shape
@@ -342,13 +469,29 @@ class LongRows:
         self.err = torch.zeros(1, dtype=torch.int32, device=x.device)
         self.y = torch.empty_like(x)
         self.cluster = mode.startswith("cluster")
+        self.patched: set[int] = set()  # the grids' ``groups`` whose compiled kernel launches as clusters
         self.tile_rows = {"cluster-2rows": 2, "cluster-4rows": 4}.get(mode, 1)
-        self.launched = False  # a cluster kernel launches as clusters after its first (compiling) launch
-        if self.cluster and split > 16:
+        if (self.cluster or mode in ROW_MODES) and split > 16:
             raise ValueError(f"a cluster holds at most 16 programs on Hopper, not {split}")
+        if mode in ROW_MODES:  # compiled, never launched as plain programs (their stores would leave the cluster)
+            if ROW_MODES[mode][1] and x.dtype != torch.bfloat16:
+                raise ValueError(f"{mode} holds bfloat16 chunks, not {x.dtype}")
+            self._size(self.rows)
+            self.smem_at = 16
+            self.resident, self.fits, self.launched = 1, True, x.is_cuda
+            if not x.is_cuda:  # the interpreter: a program at a time, no clusters (nor a meeting of more than one)
+                return
+            compiled = self._row_kernel(warm=True)
+            # past Triton's own shared memory (a multiple of 16, as the compile's argument was: one specialisation)
+            self.smem_at = (int(compiled.metadata.shared) + 15) // 16 * 16 + 16
+            cluster_launch(compiled, split)
+            packed = list(compiled.packed_metadata)
+            packed[2] = self.smem_at + 2 * split * 4
+            compiled.packed_metadata = tuple(packed)
+            return
+        self.launched = False  # a cluster kernel launches as clusters after its first (compiling) launch
         self._size(1)  # one group is always resident: compile with it, then size the grid by the kernel's registers
         compiled = self()  # a cluster kernel's first launch is a plain one (clusters of one: wrong, but compiled)
-        self.patched: set[int] = set()  # the grids' ``groups`` whose compiled kernel launches as clusters
         self.launched = self.cluster and split > 1
         regs = int(getattr(compiled, "n_regs", 0) or 0)
         by_regs = 65536 // (regs * 32 * num_warps) if regs else 1
@@ -365,7 +508,24 @@ class LongRows:
         self.ws = torch.empty(slots * self.split, dtype=torch.float32, device=self.y.device)
         self.cnt = torch.zeros(groups * 2, dtype=torch.int32, device=self.y.device)
 
+    def _row_kernel(self, warm: bool = False) -> Any:
+        """``_long_rows_cluster_row`` for ``self.mode``: compiled (``warm``) or launched as clusters."""
+        x, *params = self.inputs
+        w, b = (params + [x, x])[:2]
+        dsmem, packed, meet, l1 = ROW_MODES[self.mode]
+        args = (x, w, b, self.y, self.ws, self.smem_at, 1e-6 if self.op == OPS["rms_norm"] else 1e-5)
+        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "DSMEM": dsmem,
+                 "PACKED": packed, "MEET": meet, "L1": l1, "num_warps": self.num_warps}
+        if self.maxnreg:
+            sizes["maxnreg"] = self.maxnreg
+        if warm:
+            return _long_rows_cluster_row.warmup(*args, grid=(self.rows * self.split,), **sizes)
+        # launched as clusters, the launcher multiplies the grid by their size (``cluster_launch``)
+        return _long_rows_cluster_row[(self.rows if self.launched else self.rows * self.split,)](*args, **sizes)
+
     def __call__(self) -> Any:
+        if self.mode in ROW_MODES:
+            return self._row_kernel()
         self.cnt.zero_()
         x, *params = self.inputs
         w, b = (params + [x, x])[:2]
@@ -460,7 +620,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(clusters having the next row brought into L2), cluster-2rows and cluster-4rows (a cluster "
                         "holding 2 or 4 rows, their parameters loaded once and one meeting), cluster-held (clusters "
                         "walking rows, their parameters loaded once before the first), cluster-rows-early (a cluster "
-                        "a row, its parameters loaded before the row's meeting)")
+                        "a row, its parameters loaded before the row's meeting); rows-cg, rows-dsmem, rows-packed, "
+                        "rows-dsmem-packed, rows-l1, rows-packed-l1, rows-unmet, rows-unmet-l1 (cluster-rows with one "
+                        "change each: the module's docstring)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
@@ -468,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generated", type=_split_warps, default=(),
                    help="also opgraph's generated kernel launched as clusters of SPLITxWARPS (e.g. 16x4,16x8), "
                         "not the tuner's choice: the same design as the hand-written cluster-rows mode")
+    p.add_argument("--maxnreg", type=fusion.positive_ints, default=(),
+                   help="rows-* modes: also each launch with registers capped at these (ptxas's .maxnreg; e.g. 80 "
+                        "fits three programs of 8 warps an SM)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--top", type=int, default=6)
     args = p.parse_args(argv)
@@ -512,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
                             kernels.append(k)
                             name = f"split {split}, {warps} warps, {per_sm}/SM, {mode}"
                             fns[name] = lambda k=k: (k(), k.y)[1]
+                            for cap in args.maxnreg if mode in ROW_MODES else ():
+                                capped = LongRows(op, inputs, split, warps, mode, per_sm, maxnreg=cap)
+                                fns[f"{name}, maxnreg {cap}"] = lambda k=capped: (k(), k.y)[1]
                             if args.backoff:  # the same kernel polling its counter less often
                                 try:
                                     polite = LongRows(op, inputs, split, warps, mode, per_sm, backoff=True)
@@ -534,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
             tol = fusion.TOLERANCE[dtype]
             table = []
             for name, err in sorted(results, key=lambda r: ms[r[0]]):
-                check = "timing only" if name.endswith("no barrier") else "ok" if err < tol else "FAIL"
+                unmet = any(m in name for m in ("no barrier", "rows-unmet"))
+                check = "timing only" if unmet else "ok" if err < tol else "FAIL"
                 table.append([name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
                               f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", check])
             print(f"\n== {op} {dtype} {rows}x{args.width} (barrier timeouts: {flagged})")
