@@ -22,7 +22,9 @@ The ``rows-*`` modes are ``cluster-rows`` with one change each (``_long_rows_clu
 ``rows-cg`` loads the chunk past L1; ``rows-dsmem`` exchanges partials through the peers' shared memory instead of
 L2; ``rows-packed`` holds a bfloat16 chunk as loaded through the meeting; ``rows-l1`` brings the parameters into L1
 before the chunk's loads; ``rows-unmet`` skips the meeting (wrong results, timed: the design's ceiling).
-``--maxnreg`` also launches them with registers capped.
+``--maxnreg`` also launches them with registers capped. ``cluster-cg`` is ``cluster`` with the chunks loaded past
+L1 (which keeps the parameters each program reads again for every row), ``cluster-stagger`` that with the groups
+starting ``--stagger`` ns apart, so that they do not load, meet and store all at the same time.
 
     python benchmarks/long_rows.py
     python benchmarks/long_rows.py --ops softmax --dtypes float32 --splits 16 --warps 8
@@ -234,14 +236,20 @@ if triton is not None:
     @triton.jit
     def _long_rows_cluster(x_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, cnt_ptr, err_ptr, rows, groups,  # type: ignore[no-untyped-def]
                            eps, N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr, OP: tl.constexpr,
-                           BACKOFF: tl.constexpr, AHEAD: tl.constexpr, HOLD: tl.constexpr):
+                           BACKOFF: tl.constexpr, AHEAD: tl.constexpr, HOLD: tl.constexpr,
+                           STAGGER: tl.constexpr = 0, XCG: tl.constexpr = 0):
         """Launched as clusters of ``SPLIT`` programs (a group each): a row's parts meet at the cluster's hardware
         barrier instead of a counter in memory, exchanging partials through two slots in L2 (a part writes row
         i + 2's slot only after the barrier of row i + 1, which every part reaches after reading row i's).
         ``AHEAD`` 1 loads the next row's chunk into registers before the meeting; 2 has the copy engine bring it
         into L2 at the top of the row (``_prefetch_l2``). ``HOLD`` loads the chunk's parameters once, before the
-        first row (every row of a group has the same columns), instead of after each meeting."""
+        first row (every row of a group has the same columns), instead of after each meeting. ``STAGGER`` (ns): group
+        g starts g / groups of that late, so that the groups' loads, meetings and stores fall at different times
+        rather than all at once; ``XCG`` loads the chunks past L1, leaving it to the parameters each program reads
+        again for every row."""
         part, group, cols, wide, inside = _chunk(N, SPLIT, CHUNK)
+        if STAGGER:
+            _sleep_ns(group * STAGGER // groups)
         if HOLD:
             w_held, b_held = _params(w_ptr, b_ptr, cols, inside, OP)
         neutral = float("-inf") if OP == SOFTMAX else 0.0
@@ -254,7 +262,12 @@ if triton is not None:
                 start = x_ptr + (nxt % rows).to(tl.int64) * N + part * CHUNK
                 _prefetch_l2(start.to(tl.int64), tl.full((), 8, tl.int32),
                              tl.full((), CHUNK * x_ptr.dtype.element_ty.primitive_bitwidth // 64, tl.int32))
-            x = x_next if AHEAD == 1 else tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
+            if AHEAD == 1:
+                x = x_next
+            elif XCG:
+                x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral, cache_modifier=".cg")
+            else:
+                x = tl.load(x_ptr + (wide * 0 + row) * N + cols, mask=inside, other=neutral)
             a, c, h = _partials(x, inside, OP)
             slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
             tl.store(slot + part, a)
@@ -364,6 +377,12 @@ if triton is not None:
                                              is_pure=False, pack=1)
 
         @triton.jit
+        def _sleep_ns(ns):  # type: ignore[no-untyped-def]
+            """Sleep about ``ns`` nanoseconds (at most a millisecond)."""
+            return tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, $1;", "=r,r", [ns], dtype=tl.int32,
+                                             is_pure=False, pack=1)
+
+        @triton.jit
         def _prefetch_l1(ptrs):  # type: ignore[no-untyped-def]
             """Ask for the lines at ``ptrs`` in L1 (no register holds them; a later load there hits L1)."""
             return tl.inline_asm_elementwise("prefetch.global.L1 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
@@ -381,6 +400,10 @@ if triton is not None:
         @triton.jit
         def _prefetch_l1(ptrs):  # type: ignore[no-untyped-def]
             return 0
+
+        @triton.jit
+        def _sleep_ns(ns):  # type: ignore[no-untyped-def]
+            return ns
 
         @triton.jit
         def _widen_again(x):  # type: ignore[no-untyped-def]
@@ -445,7 +468,7 @@ if triton is not None:
 # how programs walk rows (the docstrings)
 MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2", "cluster-2rows",
          "cluster-4rows", "cluster-held", "cluster-rows-early", "rows-dsmem", "rows-packed", "rows-dsmem-packed",
-         "rows-unmet", "rows-cg", "rows-l1", "rows-unmet-l1", "rows-packed-l1")
+         "rows-unmet", "rows-cg", "rows-l1", "rows-unmet-l1", "rows-packed-l1", "cluster-cg", "cluster-stagger")
 # the modes of ``_long_rows_cluster_row``: (DSMEM, PACKED, MEET, L1)
 ROW_MODES = {"rows-dsmem": (1, 0, 1, 0), "rows-packed": (0, 1, 1, 0), "rows-dsmem-packed": (1, 1, 1, 0),
              "rows-unmet": (0, 0, 0, 0), "rows-cg": (0, 0, 1, 1), "rows-l1": (0, 0, 1, 2),
@@ -458,10 +481,12 @@ class LongRows:
     that many). Without ``meet`` the kernel skips its meetings: wrong results, timed to show what waiting costs."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, mode: str,
-                 per_sm: int, meet: bool = True, backoff: bool = False, maxnreg: int = 0) -> None:
+                 per_sm: int, meet: bool = True, backoff: bool = False, maxnreg: int = 0,
+                 stagger: int = 10000) -> None:
         x = inputs[0]
         self.backoff = backoff
         self.maxnreg = maxnreg  # ``_long_rows_cluster_row``'s register cap (0: ptxas's choice)
+        self.stagger = stagger  # cluster-stagger: ns between the first and the last group's start
         self.op, self.inputs, self.split, self.num_warps, self.mode, self.meet = OPS[op], inputs, split, num_warps, \
             mode, meet
         self.rows, self.n = x.shape
@@ -548,7 +573,9 @@ class LongRows:
             return _long_rows_cluster_tile[(tiles,)](*targs, **tsizes)
         if self.cluster:  # the launcher multiplies the grid by the cluster size (``cluster_launch``)
             ahead = {"cluster-ahead": 1, "cluster-l2": 2}.get(self.mode, 0)
-            how = dict(AHEAD=ahead, HOLD=self.mode in ("cluster-held", "cluster-rows-early"))
+            how = dict(AHEAD=ahead, HOLD=self.mode in ("cluster-held", "cluster-rows-early"),
+                       STAGGER=self.stagger if self.mode == "cluster-stagger" else 0,
+                       XCG=int(self.mode in ("cluster-cg", "cluster-stagger")))
             if not self.launched:  # the first launch compiles (clusters of one: wrong, but compiled)
                 return _long_rows_cluster[grid](*args, **how, **sizes)
             if self.groups not in self.patched:  # Triton compiles again for ``groups`` 1 (an int of 1 is specialised)
@@ -622,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
                         "walking rows, their parameters loaded once before the first), cluster-rows-early (a cluster "
                         "a row, its parameters loaded before the row's meeting); rows-cg, rows-dsmem, rows-packed, "
                         "rows-dsmem-packed, rows-l1, rows-packed-l1, rows-unmet, rows-unmet-l1 (cluster-rows with one "
-                        "change each: the module's docstring)")
+                        "change each: the module's docstring); cluster-cg (cluster with chunks loaded past L1), "
+                        "cluster-stagger (that, the groups starting --stagger apart)")
     p.add_argument("--backoff", action="store_true",
                    help="also time each configuration sleeping ~32 ns between polls of its meeting's counter")
     p.add_argument("--no-barrier", action="store_true",
@@ -633,6 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--maxnreg", type=fusion.positive_ints, default=(),
                    help="rows-* modes: also each launch with registers capped at these (ptxas's .maxnreg; e.g. 80 "
                         "fits three programs of 8 warps an SM)")
+    p.add_argument("--stagger", type=fusion.positive_ints, default=(10000,),
+                   help="cluster-stagger: ns between the first and the last group's start (several: one launch each)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--top", type=int, default=6)
     args = p.parse_args(argv)
@@ -668,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         for per_sm in args.per_sm:
                             try:
-                                k = LongRows(op, inputs, split, warps, mode, per_sm)
+                                k = LongRows(op, inputs, split, warps, mode, per_sm, stagger=args.stagger[0])
                             except Exception as e:  # noqa: BLE001 (a cluster too large, or a launcher unknown)
                                 print(f"split {split}, {warps} warps, {mode}: {fusion._error(e)}", file=sys.stderr)
                                 continue
@@ -676,10 +706,14 @@ def main(argv: list[str] | None = None) -> int:
                                 continue
                             kernels.append(k)
                             name = f"split {split}, {warps} warps, {per_sm}/SM, {mode}"
+                            name += f", {args.stagger[0]} ns" if mode == "cluster-stagger" else ""
                             fns[name] = lambda k=k: (k(), k.y)[1]
                             for cap in args.maxnreg if mode in ROW_MODES else ():
                                 capped = LongRows(op, inputs, split, warps, mode, per_sm, maxnreg=cap)
                                 fns[f"{name}, maxnreg {cap}"] = lambda k=capped: (k(), k.y)[1]
+                            for ns in args.stagger[1:] if mode == "cluster-stagger" else ():
+                                late = LongRows(op, inputs, split, warps, mode, per_sm, stagger=ns)
+                                fns[f"{name}, {ns} ns"] = lambda k=late: (k(), k.y)[1]
                             if args.backoff:  # the same kernel polling its counter less often
                                 try:
                                     polite = LongRows(op, inputs, split, warps, mode, per_sm, backoff=True)
