@@ -713,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
                                 fns[f"{name}, maxnreg {cap}"] = lambda k=capped: (k(), k.y)[1]
                             for ns in args.stagger[1:] if mode == "cluster-stagger" else ():
                                 late = LongRows(op, inputs, split, warps, mode, per_sm, stagger=ns)
-                                fns[f"{name}, {ns} ns"] = lambda k=late: (k(), k.y)[1]
+                                fns[f"{name.rsplit(', ', 1)[0]}, {ns} ns"] = lambda k=late: (k(), k.y)[1]
                             if args.backoff:  # the same kernel polling its counter less often
                                 try:
                                     polite = LongRows(op, inputs, split, warps, mode, per_sm, backoff=True)
