@@ -1,10 +1,14 @@
 """Dynamic dims that broadcast at run time: region formation takes a dynamic dim of a value to match the domain's
 (``None`` against ``None``), so a value that broadcasts past the domain at run time (a row of a reduction times a
 longer operand) would be cut short. The kernel refuses such shapes at launch (``DynamicBroadcast``) and the fused
-op runs its steps unfused instead; shapes that agree, inputs of size 1 (broadcast by the kernel itself) and inputs
-read through index rules keep the kernel."""
+op runs a kernel written for those static shapes instead (at most ``SPECIALIZED_MAX`` a region, then its steps
+unfused); shapes that agree, inputs of size 1 (broadcast by the kernel itself) and inputs read through index rules
+keep the kernel."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import pytest
 import torch
@@ -33,6 +37,41 @@ def test_a_row_that_broadcasts_against_a_longer_dynamic_operand_matches_unfused(
         xv = torch.randn(rows, 8)
         bv = torch.randn(others) if not keepdims else torch.randn(others, 1)
         torch.testing.assert_close(fused.run([xv, bv])[0], plain.run([xv, bv])[0], rtol=1e-5, atol=1e-6)
+
+
+def _region_launcher(exe: og.Executable) -> Any:
+    """The launcher of the executable's one fused region (its kernel as ``.kernel``, the static ones as
+    ``.specialized``)."""
+    (launcher,) = [fn for fn in exe._generated.kernels.values() if hasattr(fn, "specialized")]
+    return launcher
+
+
+def test_refused_shapes_run_the_steps_compiled_for_them_up_to_a_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shapes the dynamic kernel refuses run the region's steps compiled for those static shapes (fused as they
+    allow: here the row sum's kernel and the epilogue's), each compiled once; past the cap, the steps unfused."""
+    from opgraph.codegen.triton import fused as fused_module
+
+    monkeypatch.setattr(fused_module, "SPECIALIZED_MAX", 2)
+    g = og.Graph()
+    x = g.placeholder((None, 8), og.float32)
+    b = g.placeholder((None,), og.float32)
+    y = g.tanh(g.reduce_sum(x, axes=(1,)) * b)  # x's one row against b's many: refused by the dynamic kernel
+    types = {x: x.type, b: b.type}
+    fused = g.compile(types, [y], device="cpu", descriptor=FUSED)
+    launcher = _region_launcher(fused)
+    for others in (4, 6, 4, 5):
+        xv, bv = torch.randn(1, 8), torch.randn(others)
+        torch.testing.assert_close(fused.run([xv, bv])[0], torch.tanh(xv.sum(1) * bv), rtol=1e-5, atol=1e-6)
+    written = list(launcher.specialized.items())  # by the region's input shapes (b's as the region reads it)
+    assert [shapes[0] for shapes, _ in written] == [(1, 8)] * 3
+    assert [math.prod(shapes[1]) for shapes, _ in written] == [4, 6, 5]
+    programs = [p for _, p in written]
+    assert programs[2] is None  # past the cap: the steps one by one (and right, as checked above)
+    for p in programs[:2]:  # static, and fused: generated kernels, none of them the refused one's design
+        assert all(t.is_static for t in p.input_types)
+        sources = [k.source for k in p.kernels() if k.source is not None]
+        assert sources and all("tl.load" in s for s in sources)
+    assert launcher.kernel._refused  # the dynamic kernel refused each first
 
 
 def _feed(inputs: list[og.Tensor], given: dict[og.Tensor, torch.Tensor]) -> list[torch.Tensor]:

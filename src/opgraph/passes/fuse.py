@@ -84,11 +84,13 @@ FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedA
                      doc="a region of elementwise, injective and reduction ops computed by one generated kernel")
 
 
-def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...]) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
-    """The region rebuilt as a small graph: (ops in order, input placeholders, output tensors)."""
+def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...], g: GraphCore | None = None
+                 ) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
+    """The region rebuilt as a small graph (in ``g``, else a new one): (ops in order, input placeholders, output
+    tensors)."""
     from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
 
-    g = GraphCore()
+    g = GraphCore() if g is None else g
     inputs = [g._add_op(PLACEHOLDER, [], PlaceholderAttrs(t.shape, t.dtype)).outputs[0] for t in in_types]
     values: list[Tensor] = []
     ops: list[Operation] = []

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...core.errors import GraphError
+from ...core.errors import GraphError, OpgraphError
+from ...core.types import TensorType
 from ...ir.graph import Operation, Tensor
 from ...ir.opdef import FusionKind, LowerContext
 from ...passes.fuse import FUSED_REGION, region_graph
@@ -84,6 +85,10 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     fresh = [True]  # the first launch compiles (and tunes): reported to an executable's first run
 
     unfused: list[Callable[..., list[Any]]] = []  # made on first need
+    # run-time shapes whose dynamic dims broadcast where the kernel took them to match (``DynamicBroadcast``): the
+    # region's steps compiled for those static shapes (fused as static shapes allow: one kernel or several), at most
+    # SPECIALIZED_MAX a region; past that, or where they cannot be compiled (None), the steps one by one
+    specialized: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def launch(xs: tuple[Any, ...], out: Any) -> list[Any]:
         if fresh[0]:
@@ -91,7 +96,14 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
             kernel_started(name)
         try:
             return kernel(*xs, out=out, device=device)
-        except DynamicBroadcast:  # dynamic dims that broadcast at run time: the steps one by one, in PyTorch
+        except DynamicBroadcast:
+            shapes = tuple(tuple(int(d) for d in x.shape) for x in xs)
+            if shapes not in specialized:
+                compiled = sum(k is not None for k in specialized.values())
+                specialized[shapes] = _static_program(ctx, shapes) if compiled < SPECIALIZED_MAX else None
+            static = specialized[shapes]
+            if static is not None:
+                return static.run(list(xs))
             if not unfused:
                 unfused.append(_unfused(ops, inputs, outputs, device, ctx.options))
             return unfused[0](*xs)
@@ -109,7 +121,32 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     fn.source = kernel.source
     fn.inplace_ok = kernel.inplace_ok
     fn.kernel = kernel
+    fn.specialized = specialized
     return fn
+
+
+SPECIALIZED_MAX = 8  # programs a region compiles for run-time shapes its dynamic kernel refuses
+
+
+def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> Any:
+    """The region's steps as an executable for inputs of these static ``shapes`` (compiled as the region was, but
+    with no CUDA graph of its own): fusion groups them as the static shapes allow, so a row that broadcasts against
+    a longer operand is a reduction's kernel and an epilogue's. None where the shapes do not fit together (the steps
+    one by one then raise what an unfused run does)."""
+    import dataclasses
+
+    from ...graph import Graph
+    from ...runtime.compile import CompilationDescriptor
+
+    static = tuple(TensorType(shape, t.dtype) for shape, t in zip(shapes, ctx.in_types, strict=True))
+    descriptor = ctx.options if isinstance(ctx.options, CompilationDescriptor) else CompilationDescriptor()
+    g = Graph()
+    try:
+        _, inputs, outputs = region_graph(ctx.attrs, static, g)
+        return g.compile({t: t.type for t in inputs}, outputs, device=ctx.device,
+                         descriptor=dataclasses.replace(descriptor, cuda_graphs=False))
+    except OpgraphError:
+        return None
 
 
 def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], device: Any,
