@@ -409,3 +409,21 @@ def test_candidates_compiled_in_threads_launch_without_compiling_again(monkeypat
         k._tuned[(tuple(xv.shape),)] = k  # each launches as itself
         torch.testing.assert_close(k(xv)[0], (xv * 2.0).sum(0), rtol=1e-4, atol=1e-3)
     assert [calls.get(id(k)) for k in candidates] == [1] * len(candidates)
+
+
+def test_refused_dynamic_shapes_run_static_kernels_on_cuda() -> None:
+    """A dynamic region's kernel refuses shapes whose dynamic dims broadcast (one row against many): the region's
+    steps compiled for those static shapes run instead, on CUDA as under the interpreter, matching unfused."""
+    g = og.Graph()
+    x = g.placeholder((None, 300), og.float32)
+    b = g.placeholder((None,), og.float32)
+    y = g.tanh(g.reduce_sum(g.exp(x * 0.1), axes=(1,), keepdims=True) * g.expand_dims(b, (1,)))
+    types = {x: x.type, b: b.type}
+    fused = g.compile(types, [y], device="cuda", descriptor=FUSED)
+    plain = g.compile(types, [y], device="cuda", descriptor=PLAIN)
+    launchers = [fn for fn in fused._generated.kernels.values() if hasattr(fn, "specialized")]
+    assert launchers
+    for rows, others in ((3, 3), (1, 5), (1, 5), (4, 1)):
+        xs = [torch.randn(rows, 300, device="cuda"), torch.randn(others, device="cuda")]
+        torch.testing.assert_close(fused.run(xs)[0], plain.run(xs)[0], **TOL[og.float32])
+    assert any(p is not None for fn in launchers for p in fn.specialized.values())
