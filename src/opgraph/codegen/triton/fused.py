@@ -86,8 +86,9 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
 
     unfused: list[Callable[..., list[Any]]] = []  # made on first need
     # run-time shapes whose dynamic dims broadcast where the kernel took them to match (``DynamicBroadcast``): the
-    # region's steps compiled for those static shapes (fused as static shapes allow: one kernel or several), at most
-    # SPECIALIZED_MAX a region; past that, or where they cannot be compiled (None), the steps one by one
+    # region's steps compiled for those static shapes (fused as static shapes allow: one kernel or several; each
+    # compiles on its shapes' first run), for the first SPECIALIZED_MAX such shapes of a region; for others, or
+    # where they cannot be compiled (None), the steps one by one
     specialized: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def launch(xs: tuple[Any, ...], out: Any) -> list[Any]:
@@ -98,12 +99,11 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
             return kernel(*xs, out=out, device=device)
         except DynamicBroadcast:
             shapes = tuple(tuple(int(d) for d in x.shape) for x in xs)
-            if shapes not in specialized:
-                compiled = sum(k is not None for k in specialized.values())
-                specialized[shapes] = _static_program(ctx, shapes) if compiled < SPECIALIZED_MAX else None
-            static = specialized[shapes]
-            if static is not None:
-                return static.run(list(xs))
+            if shapes not in specialized and len(specialized) < SPECIALIZED_MAX:  # failures count: tried once
+                specialized[shapes] = _static_program(ctx, shapes)
+            static = specialized.get(shapes)
+            if static is not None:  # the planner owns a fused op's results: none may be an input's memory
+                return _own_memory(static.run(list(xs)), xs)
             if not unfused:
                 unfused.append(_unfused(ops, inputs, outputs, device, ctx.options))
             return unfused[0](*xs)
@@ -143,10 +143,24 @@ def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> A
     g = Graph()
     try:
         _, inputs, outputs = region_graph(ctx.attrs, static, g)
-        return g.compile({t: t.type for t in inputs}, outputs, device=ctx.device,
-                         descriptor=dataclasses.replace(descriptor, cuda_graphs=False))
+        # the outer executable's input positions mean nothing here
+        descriptor = dataclasses.replace(descriptor, cuda_graphs=False, channels_last_inputs=())
+        return g.compile({t: t.type for t in inputs}, outputs, device=ctx.device, descriptor=descriptor)
     except OpgraphError:
         return None
+
+
+def _own_memory(outs: Sequence[Any], xs: Sequence[Any]) -> list[Any]:
+    """``outs``, each in memory of its own: a result that is (a view of) an input, or shares an earlier result's
+    memory, is copied (the planner may write a fused op's results in place, or over their memory after their last
+    use)."""
+    taken = {x.untyped_storage().data_ptr() for x in xs}
+    owned = []
+    for v in outs:
+        at = v.untyped_storage().data_ptr()
+        owned.append(v.clone() if at in taken else v)
+        taken.add(at)
+    return owned
 
 
 def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequence[Tensor], device: Any,
@@ -161,9 +175,7 @@ def _unfused(ops: Sequence[Operation], inputs: Sequence[Tensor], outputs: Sequen
         env = {id(t): x for t, x in zip(inputs, xs, strict=True)}
         for op, fn in fns:
             env[id(op.outputs[0])] = fn(*(env[id(t)] for t in op.inputs))  # a region's ops have one output each
-        bases = {x.untyped_storage().data_ptr() for x in xs}
-        outs = [env[id(t)] for t in outputs]
-        return [v.clone() if v.untyped_storage().data_ptr() in bases else v for v in outs]
+        return _own_memory([env[id(t)] for t in outputs], xs)
 
     return run
 
