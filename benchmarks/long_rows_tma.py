@@ -1,0 +1,260 @@
+"""Long rows through shared memory, an experiment for the 262k-wide softmax and norms of issue 4: a hand-written
+Gluon kernel (Triton's lower-level dialect) against opgraph's generated kernel, torch.compile and the copy bandwidth.
+
+The twenty-fourth session measured what the generated kernels' design costs (``long_rows.py``'s ``rows-*`` modes,
+RESULTS.md): a cluster of 16 programs a row, each holding its chunk in registers, meeting once. Without the meeting
+it would reach 0.87-0.94 of copy (0.71-0.81 for bfloat16 layer_norm and rms_norm, whose every program reads its
+chunk of the parameters from L2 for every row); the meeting costs 10-20%. What that design cannot do, this kernel
+does: clusters of ``SPLIT`` programs walk the rows (persistent), each program holding the same chunk of every row,
+so it loads its chunk of gamma and beta into shared memory once (TMA) and reads them there for every row; and the
+next row's chunk comes into a second shared-memory buffer by TMA while this row's parts meet, reduce and store, so
+the loads stay in flight through the meeting without a register of their own. The chunk is read from shared memory
+twice (for the partials, then for the outputs) and never held in registers across the meeting.
+
+    python benchmarks/long_rows_tma.py
+    python benchmarks/long_rows_tma.py --ops softmax --dtypes bfloat16 --warps 4,8 --buffers 1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from opgraph.cli._table import format_table
+from opgraph.codegen.triton.kernel import cluster_launch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fusion  # noqa: E402
+
+OPS = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}
+BOX = 256  # a TMA box's longest side: a chunk is a [CHUNK // BOX, BOX] tile of the row seen as [N // BOX, BOX]
+
+try:
+    if os.environ.get("TRITON_INTERPRET") == "1":  # Gluon compiles for a GPU only
+        raise ImportError("the interpreter runs no Gluon")
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError:  # pragma: no cover - the script needs a Hopper GPU and Triton with Gluon
+    gluon = None
+
+if gluon is not None:
+    SOFTMAX, RMS_NORM, LAYER_NORM = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)
+    # a TMA load into shared memory: ``async_copy_global_to_shared`` in Triton 3.6 (the GPU machine's), renamed
+    # ``async_load`` since
+    _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # the CTA's barrier (renamed since 3.6)
+
+    @gluon.jit
+    def _cluster_sync(token):  # type: ignore[no-untyped-def]
+        # the cluster's barrier (releasing this program's writes, acquiring the others'); ``token`` comes back
+        # through the asm, so loads addressed with it stay after it
+        return gl.inline_asm_elementwise("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\t"
+                                         "mov.u32 $0, $1;", "=r,r", [token], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _refill(desc, coord, bar, dest):  # type: ignore[no-untyped-def]
+        """``_fetch`` into a buffer this program's threads have read: once all of them have, and their reads are
+        ordered before the copy engine's write (a fence between the generic and the async proxy)."""
+        _thread_barrier()
+        fence_async_shared()
+        _fetch(desc, coord, bar, dest)
+
+    @gluon.jit
+    def _fetch(desc, coord, bar, dest):  # type: ignore[no-untyped-def]
+        """Bring the box at ``coord`` into ``dest`` by TMA, ``bar`` counting its bytes in."""
+        mbarrier.expect(bar, desc.block_type.nbytes)
+        _tma_load(desc, coord, bar, dest)
+
+    @gluon.jit
+    def _rows_tma(x_desc, w_desc, b_desc, y_ptr, ws_ptr, rows, groups, eps,  # type: ignore[no-untyped-def]
+                  N: gl.constexpr, SPLIT: gl.constexpr, CR: gl.constexpr, OP: gl.constexpr,
+                  NBUF: gl.constexpr, VEC: gl.constexpr, num_warps: gl.constexpr):
+        """Clusters of ``SPLIT`` programs walking rows; each holds chunk ``part`` ([CR, BOX] of the row seen as
+        [N // BOX, BOX]) of every row of its group in one of ``NBUF`` shared-memory buffers, the next row's on its
+        way while this one meets; the parameters' chunk in shared memory, loaded once."""
+        BC: gl.constexpr = 256  # == BOX
+        CHUNK: gl.constexpr = CR * BC
+        pid = gl.program_id(0)
+        part = pid % SPLIT
+        group = pid // SPLIT
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [num_warps, 1], [1, 0])
+        parts_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        xs = gl.allocate_shared_memory(x_desc.dtype, [NBUF, CR, BC], x_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NBUF):
+            mbarrier.init(bars.index(i), count=1)
+        if OP != SOFTMAX:  # the chunk's parameters: once, for every row of the walk
+            pbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(pbar, count=1)
+            w_s = gl.allocate_shared_memory(w_desc.dtype, [CR, BC], w_desc.layout)
+            if OP == LAYER_NORM:
+                b_s = gl.allocate_shared_memory(b_desc.dtype, [CR, BC], b_desc.layout)
+                mbarrier.expect(pbar, w_desc.block_type.nbytes + b_desc.block_type.nbytes)
+                _tma_load(w_desc, [part * CR, 0], pbar, w_s)
+                _tma_load(b_desc, [part * CR, 0], pbar, b_s)
+            else:
+                _fetch(w_desc, [part * CR, 0], pbar, w_s)
+        _fetch(x_desc, [group * (N // BC) + part * CR, 0], bars.index(0), xs.index(0))
+        if OP != SOFTMAX:
+            mbarrier.wait(pbar, 0)
+        r = gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+        c = gl.arange(0, BC, layout=gl.SliceLayout(0, layout))
+        inner = part * CHUNK + gl.expand_dims(r, 1) * BC + gl.expand_dims(c, 0)
+        parts = gl.arange(0, SPLIT, layout=parts_layout)
+        it = 0
+        for row in range(group, rows, groups):
+            nxt = row + groups
+            if NBUF > 1:  # noqa: SIM102 (a constexpr test, then a run-time one)
+                if nxt < rows:  # into the buffer the last row read
+                    _refill(x_desc, [nxt * (N // BC) + part * CR, 0], bars.index((it + 1) % NBUF),
+                           xs.index((it + 1) % NBUF))
+            buf = xs.index(it % NBUF)
+            mbarrier.wait(bars.index(it % NBUF), (it // NBUF) & 1)
+            x = buf.load(layout).to(gl.float32)
+            if OP == SOFTMAX:
+                a = gl.max(gl.max(x, axis=1), axis=0)
+                cc = gl.sum(gl.sum(gl.exp(x - a), axis=1), axis=0)
+            elif OP == RMS_NORM:
+                a = gl.sum(gl.sum(x * x, axis=1), axis=0)
+                cc = a
+            else:
+                a = gl.sum(gl.sum(x, axis=1), axis=0) / CHUNK
+                d = x - a
+                cc = gl.sum(gl.sum(d * d, axis=1), axis=0)
+            slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
+            gl.store(slot + part, a)
+            gl.store(slot + SPLIT + part, cc)
+            _thread_barrier()  # every thread's partials are stored before the arrival
+            tok = _cluster_sync(it)
+            seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
+            every_a = gl.load(seen + parts, cache_modifier=".cg")
+            every_c = gl.load(seen + SPLIT + parts, cache_modifier=".cg")
+            x = buf.load(layout).to(gl.float32)  # again, from shared memory: not held through the meeting
+            if OP == SOFTMAX:
+                m = gl.max(every_a, axis=0)
+                y = gl.exp(x - m) / gl.sum(every_c * gl.exp(every_a - m), axis=0)
+            elif OP == RMS_NORM:
+                y = x * gl.rsqrt(gl.sum(every_a, axis=0) / N + eps) * w_s.load(layout).to(gl.float32)
+            else:
+                mean = gl.sum(every_a, axis=0) / SPLIT
+                spread = gl.sum(every_c, axis=0) + CHUNK * gl.sum((every_a - mean) * (every_a - mean), axis=0)
+                y = (x - mean) * gl.rsqrt(spread / N + eps) * w_s.load(layout).to(gl.float32) \
+                    + b_s.load(layout).to(gl.float32)
+            gl.store(y_ptr + row.to(gl.int64) * N + inner, y.to(y_ptr.dtype.element_ty))  # type: ignore[attr-defined]
+            if NBUF == 1:  # noqa: SIM102 (a constexpr test, then a run-time one)
+                if nxt < rows:  # one buffer: the next row's loads only once this one is read
+                    _refill(x_desc, [nxt * (N // BC) + part * CR, 0], bars.index(0), xs.index(0))
+            it += 1  # noqa: SIM113 (a loop-carried value of the kernel)
+        for i in gl.static_range(NBUF):
+            mbarrier.invalidate(bars.index(i))
+
+
+class RowsTMA:
+    """One launch of ``_rows_tma``: ``split`` programs a row of ``num_warps`` each, ``buffers`` chunks of x in
+    shared memory, as many clusters as make ``per_sm`` programs a multiprocessor (the hardware schedules each
+    cluster whole: more than fit at once only queue)."""
+
+    def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, buffers: int,
+                 per_sm: int = 1) -> None:
+        x = inputs[0]
+        self.rows, self.n = x.shape
+        if self.n % (split * BOX) or split > 16:
+            raise ValueError(f"rows of {self.n} do not split into {split} chunks of whole {BOX}-wide boxes")
+        self.op, self.split, self.num_warps, self.buffers = OPS[op], split, num_warps, buffers
+        self.cr = self.n // split // BOX
+        gdt = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16}[x.dtype]
+        layout = gl.NVMMASharedLayout.get_default_for([self.cr, BOX], gdt)
+        params = (inputs[1:] + [x[0], x[0]])[:2]
+        self.descs = [TensorDescriptor(t.view(-1, BOX), [t.numel() // BOX, BOX], [BOX, 1], [self.cr, BOX], layout)
+                      for t in (x, *params)]
+        self.y = torch.empty_like(x)
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        self.groups = max(1, min(self.rows, sms * per_sm // split))
+        self.ws = torch.empty(self.groups * 4 * split, dtype=torch.float32, device=x.device)
+        self.eps = 1e-6 if op == "rms_norm" else 1e-5
+        vec = 16 // x.element_size()
+        self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, num_warps=num_warps)
+        compiled = _rows_tma.warmup(*self._args(), grid=(self.groups * split,), **self.sizes)
+        cluster_launch(compiled, split)
+        self.shared = int(compiled.metadata.shared)
+
+    def _args(self) -> tuple[Any, ...]:
+        return (*self.descs, self.y, self.ws, self.rows, self.groups, self.eps)
+
+    def __call__(self) -> torch.Tensor:
+        _rows_tma[(self.groups,)](*self._args(), **self.sizes)  # the launcher multiplies by the cluster size
+        return self.y
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ops", type=fusion.names_of(list(OPS)), default=list(OPS))
+    p.add_argument("--dtypes", type=fusion.names_of(list(fusion.DTYPES)), default=list(fusion.DTYPES))
+    p.add_argument("--width", type=int, default=262144)
+    p.add_argument("--mib", type=int, default=256, help="size of the input (default 256 MiB)")
+    p.add_argument("--splits", type=fusion.positive_ints, default=(16, 8), help="programs a row (a cluster)")
+    p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8))
+    p.add_argument("--buffers", type=fusion.positive_ints, default=(2, 1),
+                   help="chunks of x a program keeps in shared memory (2: the next row's loads in flight)")
+    p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2), help="programs a multiprocessor")
+    p.add_argument("--repeats", type=int, default=15)
+    args = p.parse_args(argv)
+    if gluon is None:
+        p.error("needs Triton with Gluon and a Hopper GPU (not the interpreter)")
+    dev = fusion.cuda_device(p)
+    copy_gbps = fusion.copy_roofline(dev, 10)
+    for op in args.ops:
+        for dtype in args.dtypes:
+            tdt = fusion.DTYPES[dtype][1]
+            rows = args.mib * 2**20 // (args.width * torch.empty((), dtype=tdt).element_size())
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            x = torch.randn(rows, args.width, device="cuda", generator=gen).to(tdt)
+            w = (torch.rand(args.width, device="cuda", generator=gen) + 0.5).to(tdt)
+            b = (torch.randn(args.width, device="cuda", generator=gen) * 0.1).to(tdt)
+            inputs = [x, w, b][:1 + fusion.NORMS[op][0]]
+            nbytes = sum(t.numel() * t.element_size() for t in inputs) + x.numel() * x.element_size()
+            torch_fn = fusion.NORMS[op][2]
+            reference = torch_fn(*(t.double() for t in inputs)).float()
+            fns: dict[str, Any] = {"eager": lambda f=torch_fn, i=inputs: f(*i)}
+            compiled = torch.compile(torch_fn, dynamic=False)
+            fns["torch.compile"] = lambda f=compiled, i=inputs: f(*i)
+            long_rows = fusion._sibling("long_rows")
+            fns["opgraph (generated)"] = long_rows.og_function(op, inputs, dev)
+            for split in args.splits:
+                for warps in args.warps:
+                    for buffers in args.buffers:
+                        for per_sm in args.per_sm:
+                            name = (f"tma, split {split}, {warps} warps, {buffers} buffer{'s' * (buffers > 1)}, "
+                                    f"{per_sm}/SM")
+                            try:
+                                k = RowsTMA(op, inputs, split, warps, buffers, per_sm)
+                            except Exception as e:  # noqa: BLE001 (shared memory too small, a compile error)
+                                print(f"{name}: {fusion._error(e)}", file=sys.stderr)
+                                continue
+                            fns[f"{name} ({k.shared // 1024} KiB)"] = k
+            results = []
+            for name, fn in fns.items():
+                got = fn().float()
+                results.append((name, float((got - reference).abs().max() / reference.abs().max())))
+            ms = {k: statistics.median(v) for k, v in fusion.measure(fns, dev, 3, args.repeats).items()}
+            tol = fusion.TOLERANCE[dtype]
+            table = [[name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
+                      f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", "ok" if err < tol else "FAIL"]
+                     for name, err in sorted(results, key=lambda r: ms[r[0]])]
+            print(f"\n== {op} {dtype} {rows}x{args.width}")
+            print(format_table(["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"], table))
+            del fns, compiled
+            fusion._free(dev)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
