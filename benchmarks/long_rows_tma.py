@@ -183,8 +183,12 @@ class RowsTMA:
         vec = 16 // x.element_size()
         self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, num_warps=num_warps)
         compiled = _rows_tma.warmup(*self._args(), grid=(self.groups * split,), **self.sizes)
-        cluster_launch(compiled, split)
         self.shared = int(compiled.metadata.shared)
+        # a program's shared memory at most (opted in; Hopper's 227 KiB where PyTorch does not say)
+        limit = int(getattr(torch.cuda.get_device_properties(x.device), "shared_memory_per_block_optin", 232448))
+        if self.shared > limit:  # refused at the first launch otherwise, past the constructor's caller
+            raise ValueError(f"{self.shared} bytes of shared memory a program, more than the {limit} a GPU's has")
+        cluster_launch(compiled, split)
 
     def _args(self) -> tuple[Any, ...]:
         return (*self.descs, self.y, self.ws, self.rows, self.groups, self.eps)
