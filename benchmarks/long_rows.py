@@ -629,12 +629,58 @@ def og_forced(op: str, inputs: list[torch.Tensor], split: int, num_warps: int) -
     return lambda: kernel(*feed)[0]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+class Case:
+    """One op and dtype at ``width``: the inputs (``mib`` MiB of x, gamma and beta), the bytes a kernel moves, the
+    float64 reference and the peers every table shows (eager, torch.compile, opgraph's generated kernel)."""
+
+    def __init__(self, op: str, dtype: str, width: int, mib: int, dev: og.Device) -> None:
+        tdt = fusion.DTYPES[dtype][1]
+        self.op, self.dtype = op, dtype
+        self.rows = mib * 2**20 // (width * torch.empty((), dtype=tdt).element_size())
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(self.rows, width, device="cuda", generator=gen).to(tdt)
+        w = (torch.rand(width, device="cuda", generator=gen) + 0.5).to(tdt)
+        b = (torch.randn(width, device="cuda", generator=gen) * 0.1).to(tdt)
+        self.inputs = [x, w, b][:1 + fusion.NORMS[op][0]]
+        self.nbytes = sum(t.numel() * t.element_size() for t in self.inputs) + x.numel() * x.element_size()
+        torch_fn = fusion.NORMS[op][2]
+        self.reference = torch_fn(*(t.double() for t in self.inputs)).float()
+        compiled = torch.compile(torch_fn, dynamic=False)
+        self.fns: dict[str, Any] = {"eager": lambda f=torch_fn, i=self.inputs: f(*i),
+                                    "torch.compile": lambda f=compiled, i=self.inputs: f(*i),
+                                    "opgraph (generated)": og_function(op, self.inputs, dev)}
+
+    def table(self, dev: og.Device, repeats: int, copy_gbps: float, timing_only: Any = lambda name: False
+              ) -> list[list[str]]:
+        """Every function of ``fns`` checked against the reference and timed: rows of (name, ms, share of copy,
+        ratio to torch.compile, error, check), fastest first; ``timing_only(name)``: wrong by design, not checked."""
+        errors = {}
+        for name, fn in self.fns.items():
+            got = fn().float()
+            errors[name] = float((got - self.reference).abs().max() / self.reference.abs().max())
+        ms = {k: statistics.median(v) for k, v in fusion.measure(self.fns, dev, 3, repeats).items()}
+        tol = fusion.TOLERANCE[self.dtype]
+        return [[name, f"{ms[name]:.3f}", f"{self.nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
+                 f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}",
+                 "timing only" if timing_only(name) else "ok" if err < tol else "FAIL"]
+                for name, err in sorted(errors.items(), key=lambda r: ms[r[0]])]
+
+
+COLUMNS = ["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"]
+
+
+def case_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a ``Case`` (ops, dtypes, width, MiB), for this script and its siblings."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ops", type=fusion.names_of(list(OPS)), default=list(OPS))
     p.add_argument("--dtypes", type=fusion.names_of(list(fusion.DTYPES)), default=list(fusion.DTYPES))
     p.add_argument("--width", type=int, default=262144)
     p.add_argument("--mib", type=int, default=256, help="size of the input (default 256 MiB)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = case_parser(__doc__)
     p.add_argument("--splits", type=fusion.positive_ints, default=(8, 16, 32))
     p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8, 16))
     p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2),
@@ -670,20 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = fusion.copy_roofline(dev, 10)
     for op in args.ops:
         for dtype in args.dtypes:
-            tdt = fusion.DTYPES[dtype][1]
-            rows = args.mib * 2**20 // (args.width * torch.empty((), dtype=tdt).element_size())
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            x = torch.randn(rows, args.width, device="cuda", generator=gen).to(tdt)
-            w = (torch.rand(args.width, device="cuda", generator=gen) + 0.5).to(tdt)
-            b = (torch.randn(args.width, device="cuda", generator=gen) * 0.1).to(tdt)
-            inputs = [x, w, b][:1 + fusion.NORMS[op][0]]
-            nbytes = sum(t.numel() * t.element_size() for t in inputs) + x.numel() * x.element_size()
-            torch_fn = fusion.NORMS[op][2]
-            reference = torch_fn(*(t.double() for t in inputs)).float()
-            fns: dict[str, Any] = {"eager": lambda f=torch_fn, i=inputs: f(*i)}
-            compiled = torch.compile(torch_fn, dynamic=False)
-            fns["torch.compile"] = lambda f=compiled, i=inputs: f(*i)
-            fns["opgraph (generated)"] = og_function(op, inputs, dev)
+            case = Case(op, dtype, args.width, args.mib, dev)
+            inputs, fns = case.inputs, case.fns
             for split, warps in args.generated:
                 fns[f"opgraph (generated), split {split}, {warps} warps, cluster"] = og_forced(op, inputs, split, warps)
             kernels: list[LongRows] = []
@@ -726,24 +760,13 @@ def main(argv: list[str] | None = None) -> int:
                             if args.no_barrier and mode in ("plain", "prefetch"):
                                 nb = LongRows(op, inputs, split, warps, mode, per_sm, meet=False)
                                 fns[name + ", no barrier"] = lambda k=nb: (k(), k.y)[1]
-            results = []
-            for name, fn in fns.items():
-                got = fn().float()
-                err = float((got - reference).abs().max() / reference.abs().max())
-                results.append((name, err))
             flagged = sum(int(k.err.item()) for k in kernels)
-            ms = {k: statistics.median(v) for k, v in fusion.measure(fns, dev, 3, args.repeats).items()}
-            tol = fusion.TOLERANCE[dtype]
-            table = []
-            for name, err in sorted(results, key=lambda r: ms[r[0]]):
-                unmet = any(m in name for m in ("no barrier", "rows-unmet"))
-                check = "timing only" if unmet else "ok" if err < tol else "FAIL"
-                table.append([name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
-                              f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", check])
-            print(f"\n== {op} {dtype} {rows}x{args.width} (barrier timeouts: {flagged})")
-            print(format_table(["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"],
-                               table[:args.top] + [r for r in table[args.top:] if not r[0].startswith("split")]))
-            del fns, compiled
+            table = case.table(dev, args.repeats, copy_gbps,
+                               lambda name: any(m in name for m in ("no barrier", "rows-unmet")))
+            print(f"\n== {op} {dtype} {case.rows}x{args.width} (barrier timeouts: {flagged})")
+            peers = [r for r in table[args.top:] if not r[0].startswith("split")]  # and the peers, however slow
+            print(format_table(COLUMNS, table[:args.top] + peers))
+            del fns, case
             fusion._free(dev)
     return 0
 

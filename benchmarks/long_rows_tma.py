@@ -17,9 +17,7 @@ twice (for the partials, then for the outputs) and never held in registers acros
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -199,11 +197,8 @@ class RowsTMA:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--ops", type=fusion.names_of(list(OPS)), default=list(OPS))
-    p.add_argument("--dtypes", type=fusion.names_of(list(fusion.DTYPES)), default=list(fusion.DTYPES))
-    p.add_argument("--width", type=int, default=262144)
-    p.add_argument("--mib", type=int, default=256, help="size of the input (default 256 MiB)")
+    long_rows = fusion._sibling("long_rows")
+    p = long_rows.case_parser(__doc__)
     p.add_argument("--splits", type=fusion.positive_ints, default=(16, 8), help="programs a row (a cluster)")
     p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8))
     p.add_argument("--buffers", type=fusion.positive_ints, default=(2, 1),
@@ -217,21 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = fusion.copy_roofline(dev, 10)
     for op in args.ops:
         for dtype in args.dtypes:
-            tdt = fusion.DTYPES[dtype][1]
-            rows = args.mib * 2**20 // (args.width * torch.empty((), dtype=tdt).element_size())
-            gen = torch.Generator(device="cuda").manual_seed(0)
-            x = torch.randn(rows, args.width, device="cuda", generator=gen).to(tdt)
-            w = (torch.rand(args.width, device="cuda", generator=gen) + 0.5).to(tdt)
-            b = (torch.randn(args.width, device="cuda", generator=gen) * 0.1).to(tdt)
-            inputs = [x, w, b][:1 + fusion.NORMS[op][0]]
-            nbytes = sum(t.numel() * t.element_size() for t in inputs) + x.numel() * x.element_size()
-            torch_fn = fusion.NORMS[op][2]
-            reference = torch_fn(*(t.double() for t in inputs)).float()
-            fns: dict[str, Any] = {"eager": lambda f=torch_fn, i=inputs: f(*i)}
-            compiled = torch.compile(torch_fn, dynamic=False)
-            fns["torch.compile"] = lambda f=compiled, i=inputs: f(*i)
-            long_rows = fusion._sibling("long_rows")
-            fns["opgraph (generated)"] = long_rows.og_function(op, inputs, dev)
+            case = long_rows.Case(op, dtype, args.width, args.mib, dev)
+            inputs, fns = case.inputs, case.fns
             for split in args.splits:
                 for warps in args.warps:
                     for buffers in args.buffers:
@@ -244,18 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                                 print(f"{name}: {fusion._error(e)}", file=sys.stderr)
                                 continue
                             fns[f"{name} ({k.shared // 1024} KiB)"] = k
-            results = []
-            for name, fn in fns.items():
-                got = fn().float()
-                results.append((name, float((got - reference).abs().max() / reference.abs().max())))
-            ms = {k: statistics.median(v) for k, v in fusion.measure(fns, dev, 3, args.repeats).items()}
-            tol = fusion.TOLERANCE[dtype]
-            table = [[name, f"{ms[name]:.3f}", f"{nbytes / ms[name] / 1e6 / copy_gbps:.2f}",
-                      f"{ms['torch.compile'] / ms[name]:.2f}", f"{err:.1e}", "ok" if err < tol else "FAIL"]
-                     for name, err in sorted(results, key=lambda r: ms[r[0]])]
-            print(f"\n== {op} {dtype} {rows}x{args.width}")
-            print(format_table(["kernel", "ms", "of copy", "vs compile", "max rel. err", "check"], table))
-            del fns, compiled
+            print(f"\n== {op} {dtype} {case.rows}x{args.width}")
+            print(format_table(long_rows.COLUMNS, case.table(dev, args.repeats, copy_gbps)))
+            del fns, case
             fusion._free(dev)
     return 0
 
