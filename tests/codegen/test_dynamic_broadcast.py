@@ -55,7 +55,7 @@ def test_refused_shapes_run_the_steps_compiled_for_them_up_to_a_cap(monkeypatch:
     g = og.Graph()
     x = g.placeholder((None, 8), og.float32)
     b = g.placeholder((None,), og.float32)
-    y = g.tanh(g.reduce_sum(x, axes=(1,)) * b)  # x's one row against b's many: refused by the dynamic kernel
+    y = g.tanh(g.reduce_sum(x, axes=(1,), name="rowsum") * b, name="squash")  # x's one row against b's many
     types = {x: x.type, b: b.type}
     fused = g.compile(types, [y], device="cpu", descriptor=FUSED)
     launcher = _region_launcher(fused)
@@ -65,8 +65,10 @@ def test_refused_shapes_run_the_steps_compiled_for_them_up_to_a_cap(monkeypatch:
     written = list(launcher.specialized.items())  # by the region's input shapes (b's as the region reads it)
     assert [shapes[0] for shapes, _ in written] == [(1, 8)] * 2
     assert [math.prod(shapes[1]) for shapes, _ in written] == [4, 6]  # 5, past the cap: the steps one by one
-    for _, p in written:  # static, and fused: generated kernels
+    for _, p in written:  # static, and fused: generated kernels, which list the graph's names
         assert p is not None
+        names = [name for k in p.kernels() for name in k.ops]
+        assert "rowsum" in names and "squash" in names
         assert all(t.is_static for t in p.input_types)
         sources = [k.source for k in p.kernels() if k.source is not None]
         assert sources and all("tl.load" in s for s in sources)

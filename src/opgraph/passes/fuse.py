@@ -86,17 +86,19 @@ FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedA
 
 def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...], g: GraphCore | None = None
                  ) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
-    """The region rebuilt as a small graph (in ``g``, else a new one): (ops in order, input placeholders, output
-    tensors)."""
+    """The region rebuilt as a small graph: (ops in order, input placeholders, output tensors). In a given ``g``
+    the ops take the names of the graph ops they came from (where still free), for its kernels and errors."""
     from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
 
+    named = g is not None
     g = GraphCore() if g is None else g
     inputs = [g._add_op(PLACEHOLDER, [], PlaceholderAttrs(t.shape, t.dtype)).outputs[0] for t in in_types]
     values: list[Tensor] = []
     ops: list[Operation] = []
     for step in a.steps:
         args = [inputs[-1 - k] if k < 0 else values[k] for k in step.inputs]
-        op = g._add_op(op_by_name(step.op), args, step.attrs)
+        name = step.name if named and step.name and step.name not in g._names else None
+        op = g._add_op(op_by_name(step.op), args, step.attrs, name=name)
         ops.append(op)
         values.append(op.outputs[0])
     return ops, inputs, [values[k] for k in a.outputs]
