@@ -43,7 +43,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -469,10 +469,21 @@ if triton is not None:
 MODES = ("plain", "prefetch", "pipelined", "cluster", "cluster-rows", "cluster-ahead", "cluster-l2", "cluster-2rows",
          "cluster-4rows", "cluster-held", "cluster-rows-early", "rows-dsmem", "rows-packed", "rows-dsmem-packed",
          "rows-unmet", "rows-cg", "rows-l1", "rows-unmet-l1", "rows-packed-l1", "cluster-cg", "cluster-stagger")
-# the modes of ``_long_rows_cluster_row``: (DSMEM, PACKED, MEET, L1)
-ROW_MODES = {"rows-dsmem": (1, 0, 1, 0), "rows-packed": (0, 1, 1, 0), "rows-dsmem-packed": (1, 1, 1, 0),
-             "rows-unmet": (0, 0, 0, 0), "rows-cg": (0, 0, 1, 1), "rows-l1": (0, 0, 1, 2),
-             "rows-unmet-l1": (0, 0, 0, 2), "rows-packed-l1": (0, 1, 1, 2)}
+
+
+class RowMode(NamedTuple):
+    """The switches of ``_long_rows_cluster_row`` (its constexprs of the same names)."""
+
+    DSMEM: int = 0
+    PACKED: int = 0
+    MEET: int = 1
+    L1: int = 0
+
+
+ROW_MODES = {"rows-dsmem": RowMode(DSMEM=1), "rows-packed": RowMode(PACKED=1),
+             "rows-dsmem-packed": RowMode(DSMEM=1, PACKED=1), "rows-unmet": RowMode(MEET=0),
+             "rows-cg": RowMode(L1=1), "rows-l1": RowMode(L1=2), "rows-unmet-l1": RowMode(MEET=0, L1=2),
+             "rows-packed-l1": RowMode(PACKED=1, L1=2)}
 
 
 class LongRows:
@@ -499,7 +510,7 @@ class LongRows:
         if (self.cluster or mode in ROW_MODES) and split > 16:
             raise ValueError(f"a cluster holds at most 16 programs on Hopper, not {split}")
         if mode in ROW_MODES:  # compiled, never launched as plain programs (their stores would leave the cluster)
-            if ROW_MODES[mode][1] and x.dtype != torch.bfloat16:
+            if ROW_MODES[mode].PACKED and x.dtype != torch.bfloat16:
                 raise ValueError(f"{mode} holds bfloat16 chunks, not {x.dtype}")
             self._size(self.rows)
             self.smem_at = 16
@@ -537,10 +548,9 @@ class LongRows:
         """``_long_rows_cluster_row`` for ``self.mode``: compiled (``warm``) or launched as clusters."""
         x, *params = self.inputs
         w, b = (params + [x, x])[:2]
-        dsmem, packed, meet, l1 = ROW_MODES[self.mode]
         args = (x, w, b, self.y, self.ws, self.smem_at, 1e-6 if self.op == OPS["rms_norm"] else 1e-5)
-        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op, "DSMEM": dsmem,
-                 "PACKED": packed, "MEET": meet, "L1": l1, "num_warps": self.num_warps}
+        sizes = {"N": self.n, "SPLIT": self.split, "CHUNK": self.chunk, "OP": self.op,
+                 **ROW_MODES[self.mode]._asdict(), "num_warps": self.num_warps}
         if self.maxnreg:
             sizes["maxnreg"] = self.maxnreg
         if warm:

@@ -198,9 +198,10 @@ def test_long_rows_kernels_under_the_interpreter() -> None:
             inputs = [x, torch.rand(width, generator=gen) + 0.5, torch.randn(width, generator=gen)]
             inputs = inputs[:fn.__code__.co_argcount]
             for mode in module["MODES"]:
-                dsmem, packed, meet, _ = module["ROW_MODES"].get(mode, (0, 0, 1, 0))
-                if dsmem or not meet:  # the peers' shared memory is PTX's; a skipped meeting is wrong by design
+                switches = module["ROW_MODES"].get(mode, module["RowMode"]())
+                if switches.DSMEM or not switches.MEET:  # the peers' shared memory is PTX's; no meeting: wrong
                     continue
+                packed = switches.PACKED
                 wanted = [t.bfloat16() for t in inputs] if packed else inputs  # a packed chunk is bfloat16's
                 k = module["LongRows"](op, wanted, 1, 4, mode, 1)
                 for groups in (1, 2, 3):

@@ -84,13 +84,13 @@ FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedA
                      doc="a region of elementwise, injective and reduction ops computed by one generated kernel")
 
 
-def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...], g: GraphCore | None = None
-                 ) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
-    """The region rebuilt as a small graph: (ops in order, input placeholders, output tensors). In a given ``g``
-    the ops take the names of the graph ops they came from (where still free), for its kernels and errors."""
+def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...], g: GraphCore | None = None, *,
+                 named: bool = False) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
+    """The region rebuilt as a small graph (in ``g``, else a new one): (ops in order, input placeholders, output
+    tensors). ``named``: the ops take the names of the graph ops they came from (where still free), for the kernels
+    and errors of a graph compiled from them."""
     from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
 
-    named = g is not None
     g = GraphCore() if g is None else g
     inputs = [g._add_op(PLACEHOLDER, [], PlaceholderAttrs(t.shape, t.dtype)).outputs[0] for t in in_types]
     values: list[Tensor] = []

@@ -5,7 +5,7 @@ region formation asks the code generator (``can_fuse``, ``reduced_axes``, ``can_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import GraphError, OpgraphError
 from ...core.types import TensorType
@@ -19,6 +19,9 @@ from .indexing import INDEX_RULES
 from .kernel import DynamicBroadcast, region_kernel
 from .reductions import REDUCTIONS
 from .region import RegionEmitter
+
+if TYPE_CHECKING:
+    from ...runtime.executable import Executable
 
 _WRITABLE: dict[Any, bool] = {}  # can_fuse's answers by the op's structure: a model repeats its layers' ops
 
@@ -89,7 +92,7 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
     # region's steps compiled for those static shapes (fused as static shapes allow: one kernel or several; each
     # compiles on its shapes' first run), for the first SPECIALIZED_MAX such shapes of a region; for others, or
     # where they cannot be compiled (None), the steps one by one
-    specialized: dict[tuple[tuple[int, ...], ...], Any] = {}
+    specialized: dict[tuple[tuple[int, ...], ...], Executable | None] = {}
 
     def launch(xs: tuple[Any, ...], out: Any) -> list[Any]:
         if fresh[0]:
@@ -128,7 +131,7 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
 SPECIALIZED_MAX = 8  # programs a region compiles for run-time shapes its dynamic kernel refuses
 
 
-def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> Any:
+def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> Executable | None:
     """The region's steps as an executable for inputs of these static ``shapes`` (compiled as the region was, but
     with no CUDA graph of its own): fusion groups them as the static shapes allow, so a row that broadcasts against
     a longer operand is a reduction's kernel and an epilogue's. None where the shapes do not fit together (the steps
@@ -142,7 +145,7 @@ def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> A
     descriptor = ctx.options if isinstance(ctx.options, CompilationDescriptor) else CompilationDescriptor()
     g = Graph()
     try:
-        _, inputs, outputs = region_graph(ctx.attrs, static, g)
+        _, inputs, outputs = region_graph(ctx.attrs, static, g, named=True)
         # the outer executable's input positions mean nothing here
         descriptor = dataclasses.replace(descriptor, cuda_graphs=False, channels_last_inputs=())
         return g.compile({t: t.type for t in inputs}, outputs, device=ctx.device, descriptor=descriptor)
