@@ -17,6 +17,8 @@ twice (for the partials, then for the outputs) and never held in registers acros
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -48,6 +50,8 @@ if gluon is not None:
     # a TMA load into shared memory: ``async_copy_global_to_shared`` in Triton 3.6 (the GPU machine's), renamed
     # ``async_load`` since
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # likewise
+    _store_wait = tma.store_wait
     _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier  # the CTA's barrier (renamed since 3.6)
 
     @gluon.jit
@@ -72,12 +76,57 @@ if gluon is not None:
         _tma_load(desc, coord, bar, dest)
 
     @gluon.jit
-    def _rows_tma(x_desc, w_desc, b_desc, y_ptr, ws_ptr, rows, groups, eps,  # type: ignore[no-untyped-def]
-                  N: gl.constexpr, SPLIT: gl.constexpr, CR: gl.constexpr, OP: gl.constexpr,
-                  NBUF: gl.constexpr, VEC: gl.constexpr, num_warps: gl.constexpr):
-        """Clusters of ``SPLIT`` programs walking rows; each holds chunk ``part`` ([CR, BOX] of the row seen as
-        [N // BOX, BOX]) of every row of its group in one of ``NBUF`` shared-memory buffers, the next row's on its
-        way while this one meets; the parameters' chunk in shared memory, loaded once."""
+    def _chunk_partials(buf, OP: gl.constexpr, CR: gl.constexpr, SUB: gl.constexpr,  # type: ignore[no-untyped-def]
+                        layout: gl.constexpr):
+        """A chunk's partials read from shared memory a [SUB, BOX] tile at a time (so that no thread holds the
+        chunk): softmax's max and its sum of exponentials, rms_norm's sum of squares (twice), layer_norm's mean
+        and sum of squared deviations (tiles' merged as Chan et al. merge variances)."""
+        t = buf.slice(0, SUB).load(layout).to(gl.float32)
+        if OP == SOFTMAX:
+            a = gl.max(gl.max(t, axis=1), axis=0)
+            cc = gl.sum(gl.sum(gl.exp(t - a), axis=1), axis=0)
+        elif OP == RMS_NORM:
+            a = gl.sum(gl.sum(t * t, axis=1), axis=0)
+        else:
+            a = gl.sum(gl.sum(t, axis=1), axis=0) / (SUB * 256)
+            d = t - a
+            cc = gl.sum(gl.sum(d * d, axis=1), axis=0)
+        for i in gl.static_range(1, CR // SUB):
+            t = buf.slice(i * SUB, SUB).load(layout).to(gl.float32)
+            if OP == SOFTMAX:
+                m = gl.maximum(a, gl.max(gl.max(t, axis=1), axis=0))
+                cc = cc * gl.exp(a - m) + gl.sum(gl.sum(gl.exp(t - m), axis=1), axis=0)
+                a = m
+            elif OP == RMS_NORM:
+                a += gl.sum(gl.sum(t * t, axis=1), axis=0)
+            else:
+                tile_mean = gl.sum(gl.sum(t, axis=1), axis=0) / (SUB * 256)
+                d = t - tile_mean
+                delta = tile_mean - a
+                cc += gl.sum(gl.sum(d * d, axis=1), axis=0) + delta * delta * (i * SUB * 256 / (i + 1))
+                a += delta / (i + 1)
+        if OP == RMS_NORM:
+            cc = a
+        return a, cc
+
+    @gluon.jit
+    def _param_tile(ptr, shared, offs, i: gl.constexpr, SHARED: gl.constexpr,  # type: ignore[no-untyped-def]
+                    SUB: gl.constexpr, layout: gl.constexpr):
+        """Tile ``i`` of the chunk's gamma or beta: from shared memory where the walk holds them, else from global
+        memory (L2, mostly) at ``offs``."""
+        if SHARED:
+            return shared.slice(i * SUB, SUB).load(layout).to(gl.float32)
+        return gl.load(ptr + offs).to(gl.float32)
+
+    @gluon.jit
+    def _rows_tma(x_desc, w_desc, b_desc, y_desc, w_ptr, b_ptr, y_ptr, ws_ptr,  # type: ignore[no-untyped-def]
+                  rows, groups, eps, N: gl.constexpr, SPLIT: gl.constexpr, CR: gl.constexpr, OP: gl.constexpr,
+                  NBUF: gl.constexpr, VEC: gl.constexpr, SUB: gl.constexpr, PARAMS_SHARED: gl.constexpr,
+                  STORE_TMA: gl.constexpr, num_warps: gl.constexpr):
+        """Clusters of ``SPLIT`` programs; each holds chunk ``part`` ([CR, BOX] of the row seen as [N // BOX, BOX])
+        of every row of its group (``groups == rows``: one row, a cluster a row) in one of ``NBUF`` shared-memory
+        buffers, the next row's on its way while this one meets; gamma and beta's chunk in shared memory, loaded
+        once, if ``PARAMS_SHARED``; outputs written back through the chunk's buffer by TMA if ``STORE_TMA``."""
         BC: gl.constexpr = 256  # == BOX
         CHUNK: gl.constexpr = CR * BC
         pid = gl.program_id(0)
@@ -89,7 +138,9 @@ if gluon is not None:
         bars = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NBUF):
             mbarrier.init(bars.index(i), count=1)
-        if OP != SOFTMAX:  # the chunk's parameters: once, for every row of the walk
+        w_s = xs  # stand-ins where the parameters stay in global memory
+        b_s = xs
+        if PARAMS_SHARED and OP != SOFTMAX:  # the chunk's parameters: once, for every row of the walk
             pbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(pbar, count=1)
             w_s = gl.allocate_shared_memory(w_desc.dtype, [CR, BC], w_desc.layout)
@@ -101,32 +152,24 @@ if gluon is not None:
             else:
                 _fetch(w_desc, [part * CR, 0], pbar, w_s)
         _fetch(x_desc, [group * (N // BC) + part * CR, 0], bars.index(0), xs.index(0))
-        if OP != SOFTMAX:
+        if PARAMS_SHARED and OP != SOFTMAX:
             mbarrier.wait(pbar, 0)
-        r = gl.arange(0, CR, layout=gl.SliceLayout(1, layout))
+        r = gl.arange(0, SUB, layout=gl.SliceLayout(1, layout))
         c = gl.arange(0, BC, layout=gl.SliceLayout(0, layout))
-        inner = part * CHUNK + gl.expand_dims(r, 1) * BC + gl.expand_dims(c, 0)
+        tile = gl.expand_dims(r, 1) * BC + gl.expand_dims(c, 0)
         parts = gl.arange(0, SPLIT, layout=parts_layout)
         it = 0
         for row in range(group, rows, groups):
             nxt = row + groups
             if NBUF > 1:  # noqa: SIM102 (a constexpr test, then a run-time one)
-                if nxt < rows:  # into the buffer the last row read
+                if nxt < rows:  # into the buffer the last row read (and, by TMA, stored)
+                    if STORE_TMA:
+                        _store_wait(0)
                     _refill(x_desc, [nxt * (N // BC) + part * CR, 0], bars.index((it + 1) % NBUF),
-                           xs.index((it + 1) % NBUF))
+                            xs.index((it + 1) % NBUF))
             buf = xs.index(it % NBUF)
             mbarrier.wait(bars.index(it % NBUF), (it // NBUF) & 1)
-            x = buf.load(layout).to(gl.float32)
-            if OP == SOFTMAX:
-                a = gl.max(gl.max(x, axis=1), axis=0)
-                cc = gl.sum(gl.sum(gl.exp(x - a), axis=1), axis=0)
-            elif OP == RMS_NORM:
-                a = gl.sum(gl.sum(x * x, axis=1), axis=0)
-                cc = a
-            else:
-                a = gl.sum(gl.sum(x, axis=1), axis=0) / CHUNK
-                d = x - a
-                cc = gl.sum(gl.sum(d * d, axis=1), axis=0)
+            a, cc = _chunk_partials(buf, OP, CR, SUB, layout)
             slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
             gl.store(slot + part, a)
             gl.store(slot + SPLIT + part, cc)
@@ -135,22 +178,42 @@ if gluon is not None:
             seen = ws_ptr + (group * 2 + tok % 2) * 2 * SPLIT
             every_a = gl.load(seen + parts, cache_modifier=".cg")
             every_c = gl.load(seen + SPLIT + parts, cache_modifier=".cg")
-            x = buf.load(layout).to(gl.float32)  # again, from shared memory: not held through the meeting
             if OP == SOFTMAX:
-                m = gl.max(every_a, axis=0)
-                y = gl.exp(x - m) / gl.sum(every_c * gl.exp(every_a - m), axis=0)
+                shift = gl.max(every_a, axis=0)
+                scale = 1.0 / gl.sum(every_c * gl.exp(every_a - shift), axis=0)
             elif OP == RMS_NORM:
-                y = x * gl.rsqrt(gl.sum(every_a, axis=0) / N + eps) * w_s.load(layout).to(gl.float32)
+                shift = 0.0
+                scale = gl.rsqrt(gl.sum(every_a, axis=0) / N + eps)
             else:
-                mean = gl.sum(every_a, axis=0) / SPLIT
-                spread = gl.sum(every_c, axis=0) + CHUNK * gl.sum((every_a - mean) * (every_a - mean), axis=0)
-                y = (x - mean) * gl.rsqrt(spread / N + eps) * w_s.load(layout).to(gl.float32) \
-                    + b_s.load(layout).to(gl.float32)
-            gl.store(y_ptr + row.to(gl.int64) * N + inner, y.to(y_ptr.dtype.element_ty))  # type: ignore[attr-defined]
+                shift = gl.sum(every_a, axis=0) / SPLIT
+                spread = gl.sum(every_c, axis=0) + CHUNK * gl.sum((every_a - shift) * (every_a - shift), axis=0)
+                scale = gl.rsqrt(spread / N + eps)
+            for i in gl.static_range(CR // SUB):  # the chunk again, from shared memory
+                x = buf.slice(i * SUB, SUB).load(layout).to(gl.float32)
+                offs = part * CHUNK + i * SUB * BC + tile
+                if OP == SOFTMAX:
+                    y = gl.exp(x - shift) * scale
+                elif OP == RMS_NORM:
+                    y = x * scale * _param_tile(w_ptr, w_s, offs, i, PARAMS_SHARED, SUB, layout)
+                else:
+                    y = (x - shift) * scale * _param_tile(w_ptr, w_s, offs, i, PARAMS_SHARED, SUB, layout) \
+                        + _param_tile(b_ptr, b_s, offs, i, PARAMS_SHARED, SUB, layout)
+                if STORE_TMA:  # over the tile just read, by the threads that read it
+                    buf.slice(i * SUB, SUB).store(y.to(x_desc.dtype))
+                else:
+                    gl.store(y_ptr + row.to(gl.int64) * N + offs, y.to(y_ptr.dtype.element_ty))  # type: ignore[attr-defined]
+            if STORE_TMA:
+                fence_async_shared()
+                _thread_barrier()
+                _tma_store(y_desc, [row * (N // BC) + part * CR, 0], buf)
             if NBUF == 1:  # noqa: SIM102 (a constexpr test, then a run-time one)
                 if nxt < rows:  # one buffer: the next row's loads only once this one is read
+                    if STORE_TMA:
+                        _store_wait(0)
                     _refill(x_desc, [nxt * (N // BC) + part * CR, 0], bars.index(0), xs.index(0))
             it += 1  # noqa: SIM113 (a loop-carried value of the kernel)
+        if STORE_TMA:
+            _store_wait(0)
         for i in gl.static_range(NBUF):
             mbarrier.invalidate(bars.index(i))
 
@@ -158,10 +221,14 @@ if gluon is not None:
 class RowsTMA:
     """One launch of ``_rows_tma``: ``split`` programs a row of ``num_warps`` each, ``buffers`` chunks of x in
     shared memory, as many clusters as make ``per_sm`` programs a multiprocessor (the hardware schedules each
-    cluster whole: more than fit at once only queue)."""
+    cluster whole: more than fit at once only queue); ``per_sm`` 0: a cluster a row, not walking (the generated
+    kernels' design, its chunk in shared memory rather than registers, so that as many programs share a
+    multiprocessor as its shared memory holds, its parameters read from global memory as the generated kernels
+    read them). ``sub``: rows of a [sub, 256] tile read from shared memory at a time; ``store_tma``: outputs
+    written over the chunk's buffer and stored by TMA, not by the threads."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, buffers: int,
-                 per_sm: int = 1) -> None:
+                 per_sm: int = 1, sub: int = 8, store_tma: bool = False) -> None:
         x = inputs[0]
         self.rows, self.n = x.shape
         if self.n % (split * BOX) or split > 16:
@@ -170,16 +237,19 @@ class RowsTMA:
         self.cr = self.n // split // BOX
         gdt = {torch.float32: gl.float32, torch.bfloat16: gl.bfloat16}[x.dtype]
         layout = gl.NVMMASharedLayout.get_default_for([self.cr, BOX], gdt)
-        params = (inputs[1:] + [x[0], x[0]])[:2]
-        self.descs = [TensorDescriptor(t.view(-1, BOX), [t.numel() // BOX, BOX], [BOX, 1], [self.cr, BOX], layout)
-                      for t in (x, *params)]
+        if self.cr % sub:
+            raise ValueError(f"a chunk of {self.cr} boxes does not split into tiles of {sub}")
+        self.params = (inputs[1:] + [x[0], x[0]])[:2]
         self.y = torch.empty_like(x)
+        self.descs = [TensorDescriptor(t.view(-1, BOX), [t.numel() // BOX, BOX], [BOX, 1], [self.cr, BOX], layout)
+                      for t in (x, *self.params, self.y)]
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        self.groups = max(1, min(self.rows, sms * per_sm // split))
+        self.groups = self.rows if per_sm == 0 else max(1, min(self.rows, sms * per_sm // split))
         self.ws = torch.empty(self.groups * 4 * split, dtype=torch.float32, device=x.device)
         self.eps = 1e-6 if op == "rms_norm" else 1e-5
         vec = 16 // x.element_size()
-        self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, num_warps=num_warps)
+        self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, SUB=sub,
+                          PARAMS_SHARED=per_sm != 0, STORE_TMA=store_tma, num_warps=num_warps)
         compiled = _rows_tma.warmup(*self._args(), grid=(self.groups * split,), **self.sizes)
         self.shared = int(compiled.metadata.shared)
         # a program's shared memory at most (opted in; Hopper's 227 KiB where PyTorch does not say)
@@ -189,11 +259,22 @@ class RowsTMA:
         cluster_launch(compiled, split)
 
     def _args(self) -> tuple[Any, ...]:
-        return (*self.descs, self.y, self.ws, self.rows, self.groups, self.eps)
+        return (*self.descs, *self.params, self.y, self.ws, self.rows, self.groups, self.eps)
 
     def __call__(self) -> torch.Tensor:
         _rows_tma[(self.groups,)](*self._args(), **self.sizes)  # the launcher multiplies by the cluster size
         return self.y
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """Comma-separated integers of 0 and more, for an argparse type."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected integers of 0 and more, got {text!r}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warps", type=fusion.positive_ints, default=(4, 8))
     p.add_argument("--buffers", type=fusion.positive_ints, default=(2, 1),
                    help="chunks of x a program keeps in shared memory (2: the next row's loads in flight)")
-    p.add_argument("--per-sm", type=fusion.positive_ints, default=(1, 2), help="programs a multiprocessor")
+    p.add_argument("--per-sm", type=_counts, default=(1, 2),
+                   help="programs a multiprocessor (0: a cluster a row, as many at once as fit)")
+    p.add_argument("--stores", type=lambda t: tuple(t.split(",")), default=("thread",),
+                   help="how outputs are written: thread (by the threads), tma (over the buffer, then by TMA)")
+    p.add_argument("--sub", type=int, default=8, help="rows of 256 a thread block reads from shared memory at once")
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
     if gluon is None:
@@ -217,11 +302,14 @@ def main(argv: list[str] | None = None) -> int:
             for split in args.splits:
                 for warps in args.warps:
                     for buffers in args.buffers:
-                        for per_sm in args.per_sm:
+                        for per_sm, store in itertools.product(args.per_sm, args.stores):
+                            if per_sm == 0 and buffers > 1:
+                                continue  # nothing to walk to: no next row to bring in
+                            walk = f"{per_sm}/SM" if per_sm else "a cluster a row"
                             name = (f"tma, split {split}, {warps} warps, {buffers} buffer{'s' * (buffers > 1)}, "
-                                    f"{per_sm}/SM")
+                                    f"{walk}, {store} stores")
                             try:
-                                k = RowsTMA(op, inputs, split, warps, buffers, per_sm)
+                                k = RowsTMA(op, inputs, split, warps, buffers, per_sm, args.sub, store == "tma")
                             except Exception as e:  # noqa: BLE001 (shared memory too small, a compile error)
                                 print(f"{name}: {fusion._error(e)}", file=sys.stderr)
                                 continue
