@@ -76,37 +76,49 @@ if gluon is not None:
         _tma_load(desc, coord, bar, dest)
 
     @gluon.jit
+    def _tile(buf, i: gl.constexpr, SUB: gl.constexpr, layout: gl.constexpr):  # type: ignore[no-untyped-def]
+        return buf.slice(i * SUB, SUB).load(layout).to(gl.float32)
+
+    @gluon.jit
+    def _total(acc):  # type: ignore[no-untyped-def]
+        return gl.sum(gl.sum(acc, axis=1), axis=0)
+
+    @gluon.jit
     def _chunk_partials(buf, OP: gl.constexpr, CR: gl.constexpr, SUB: gl.constexpr,  # type: ignore[no-untyped-def]
                         layout: gl.constexpr):
         """A chunk's partials read from shared memory a [SUB, BOX] tile at a time (so that no thread holds the
-        chunk): softmax's max and its sum of exponentials, rms_norm's sum of squares (twice), layer_norm's mean
-        and sum of squared deviations (tiles' merged as Chan et al. merge variances)."""
-        t = buf.slice(0, SUB).load(layout).to(gl.float32)
+        chunk), each thread accumulating its elements of the tiles and the program reducing once a pass (a
+        reduction across warps costs a barrier): softmax's max and its sum of exponentials, rms_norm's sum of
+        squares (twice), layer_norm's mean and sum of squared deviations (two passes, as exact as they come)."""
+        t = _tile(buf, 0, SUB, layout)
         if OP == SOFTMAX:
-            a = gl.max(gl.max(t, axis=1), axis=0)
-            cc = gl.sum(gl.sum(gl.exp(t - a), axis=1), axis=0)
+            acc = t
+            for i in gl.static_range(1, CR // SUB):
+                acc = gl.maximum(acc, _tile(buf, i, SUB, layout))
+            a = gl.max(gl.max(acc, axis=1), axis=0)
+            _thread_barrier()  # so that the compiler reads the tiles again rather than holding the first pass's
+            acc = gl.exp(_tile(buf, 0, SUB, layout) - a)
+            for i in gl.static_range(1, CR // SUB):
+                acc += gl.exp(_tile(buf, i, SUB, layout) - a)
+            cc = _total(acc)
         elif OP == RMS_NORM:
-            a = gl.sum(gl.sum(t * t, axis=1), axis=0)
-        else:
-            a = gl.sum(gl.sum(t, axis=1), axis=0) / (SUB * 256)
-            d = t - a
-            cc = gl.sum(gl.sum(d * d, axis=1), axis=0)
-        for i in gl.static_range(1, CR // SUB):
-            t = buf.slice(i * SUB, SUB).load(layout).to(gl.float32)
-            if OP == SOFTMAX:
-                m = gl.maximum(a, gl.max(gl.max(t, axis=1), axis=0))
-                cc = cc * gl.exp(a - m) + gl.sum(gl.sum(gl.exp(t - m), axis=1), axis=0)
-                a = m
-            elif OP == RMS_NORM:
-                a += gl.sum(gl.sum(t * t, axis=1), axis=0)
-            else:
-                tile_mean = gl.sum(gl.sum(t, axis=1), axis=0) / (SUB * 256)
-                d = t - tile_mean
-                delta = tile_mean - a
-                cc += gl.sum(gl.sum(d * d, axis=1), axis=0) + delta * delta * (i * SUB * 256 / (i + 1))
-                a += delta / (i + 1)
-        if OP == RMS_NORM:
+            acc = t * t
+            for i in gl.static_range(1, CR // SUB):
+                u = _tile(buf, i, SUB, layout)
+                acc += u * u
+            a = _total(acc)
             cc = a
+        else:
+            acc = t
+            for i in gl.static_range(1, CR // SUB):
+                acc += _tile(buf, i, SUB, layout)
+            a = _total(acc) / (CR * 256)
+            _thread_barrier()  # as above
+            acc = (_tile(buf, 0, SUB, layout) - a) * (_tile(buf, 0, SUB, layout) - a)
+            for i in gl.static_range(1, CR // SUB):
+                d = _tile(buf, i, SUB, layout) - a
+                acc += d * d
+            cc = _total(acc)
         return a, cc
 
     @gluon.jit
@@ -189,7 +201,7 @@ if gluon is not None:
                 spread = gl.sum(every_c, axis=0) + CHUNK * gl.sum((every_a - shift) * (every_a - shift), axis=0)
                 scale = gl.rsqrt(spread / N + eps)
             for i in gl.static_range(CR // SUB):  # the chunk again, from shared memory
-                x = buf.slice(i * SUB, SUB).load(layout).to(gl.float32)
+                x = _tile(buf, i, SUB, layout)
                 offs = part * CHUNK + i * SUB * BC + tile
                 if OP == SOFTMAX:
                     y = gl.exp(x - shift) * scale
