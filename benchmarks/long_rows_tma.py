@@ -85,11 +85,13 @@ if gluon is not None:
 
     @gluon.jit
     def _chunk_partials(buf, OP: gl.constexpr, CR: gl.constexpr, SUB: gl.constexpr,  # type: ignore[no-untyped-def]
-                        layout: gl.constexpr):
+                        layout: gl.constexpr, EXP_ONCE: gl.constexpr):
         """A chunk's partials read from shared memory a [SUB, BOX] tile at a time (so that no thread holds the
         chunk), each thread accumulating its elements of the tiles and the program reducing once a pass (a
         reduction across warps costs a barrier): softmax's max and its sum of exponentials, rms_norm's sum of
-        squares (twice), layer_norm's mean and sum of squared deviations (two passes, as exact as they come)."""
+        squares (twice), layer_norm's mean and sum of squared deviations (two passes, as exact as they come).
+        ``EXP_ONCE``: softmax's exponentials written over the chunk, for the outputs to scale (one exponential an
+        element rather than two; in bfloat16, rounded twice)."""
         t = _tile(buf, 0, SUB, layout)
         if OP == SOFTMAX:
             acc = t
@@ -97,9 +99,12 @@ if gluon is not None:
                 acc = gl.maximum(acc, _tile(buf, i, SUB, layout))
             a = gl.max(gl.max(acc, axis=1), axis=0)
             _thread_barrier()  # so that the compiler reads the tiles again rather than holding the first pass's
-            acc = gl.exp(_tile(buf, 0, SUB, layout) - a)
-            for i in gl.static_range(1, CR // SUB):
-                acc += gl.exp(_tile(buf, i, SUB, layout) - a)
+            acc = gl.zeros([SUB, 256], gl.float32, layout)
+            for i in gl.static_range(CR // SUB):
+                e = gl.exp(_tile(buf, i, SUB, layout) - a)
+                acc += e
+                if EXP_ONCE:  # over the elements this thread read
+                    buf.slice(i * SUB, SUB).store(e.to(buf.dtype))
             cc = _total(acc)
         elif OP == RMS_NORM:
             acc = t * t
@@ -134,7 +139,7 @@ if gluon is not None:
     def _rows_tma(x_desc, w_desc, b_desc, y_desc, w_ptr, b_ptr, y_ptr, ws_ptr,  # type: ignore[no-untyped-def]
                   rows, groups, eps, N: gl.constexpr, SPLIT: gl.constexpr, CR: gl.constexpr, OP: gl.constexpr,
                   NBUF: gl.constexpr, VEC: gl.constexpr, SUB: gl.constexpr, PARAMS_SHARED: gl.constexpr,
-                  STORE_TMA: gl.constexpr, num_warps: gl.constexpr):
+                  STORE_TMA: gl.constexpr, EXP_ONCE: gl.constexpr, num_warps: gl.constexpr):
         """Clusters of ``SPLIT`` programs; each holds chunk ``part`` ([CR, BOX] of the row seen as [N // BOX, BOX])
         of every row of its group (``groups == rows``: one row, a cluster a row) in one of ``NBUF`` shared-memory
         buffers, the next row's on its way while this one meets; gamma and beta's chunk in shared memory, loaded
@@ -181,7 +186,7 @@ if gluon is not None:
                             xs.index((it + 1) % NBUF))
             buf = xs.index(it % NBUF)
             mbarrier.wait(bars.index(it % NBUF), (it // NBUF) & 1)
-            a, cc = _chunk_partials(buf, OP, CR, SUB, layout)
+            a, cc = _chunk_partials(buf, OP, CR, SUB, layout, EXP_ONCE)
             slot = ws_ptr + (group * 2 + it % 2) * 2 * SPLIT
             gl.store(slot + part, a)
             gl.store(slot + SPLIT + part, cc)
@@ -193,6 +198,8 @@ if gluon is not None:
             if OP == SOFTMAX:
                 shift = gl.max(every_a, axis=0)
                 scale = 1.0 / gl.sum(every_c * gl.exp(every_a - shift), axis=0)
+                if EXP_ONCE:  # the chunk holds exp(x - a): scaled to exp(x - shift) / sum
+                    scale = scale * gl.exp(a - shift)
             elif OP == RMS_NORM:
                 shift = 0.0
                 scale = gl.rsqrt(gl.sum(every_a, axis=0) / N + eps)
@@ -203,7 +210,9 @@ if gluon is not None:
             for i in gl.static_range(CR // SUB):  # the chunk again, from shared memory
                 x = _tile(buf, i, SUB, layout)
                 offs = part * CHUNK + i * SUB * BC + tile
-                if OP == SOFTMAX:
+                if OP == SOFTMAX and EXP_ONCE:
+                    y = x * scale
+                elif OP == SOFTMAX:
                     y = gl.exp(x - shift) * scale
                 elif OP == RMS_NORM:
                     y = x * scale * _param_tile(w_ptr, w_s, offs, i, PARAMS_SHARED, SUB, layout)
@@ -237,10 +246,12 @@ class RowsTMA:
     kernels' design, its chunk in shared memory rather than registers, so that as many programs share a
     multiprocessor as its shared memory holds, its parameters read from global memory as the generated kernels
     read them). ``sub``: rows of a [sub, 256] tile read from shared memory at a time; ``store_tma``: outputs
-    written over the chunk's buffer and stored by TMA, not by the threads."""
+    written over the chunk's buffer and stored by TMA, not by the threads. ``variant``: ``base``, ``params-smem``
+    (a cluster a row bringing its chunk of the parameters into shared memory by TMA with x's), ``exp-once``
+    (softmax: the exponentials kept in shared memory for the outputs)."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, buffers: int,
-                 per_sm: int = 1, sub: int = 8, store_tma: bool = False) -> None:
+                 per_sm: int = 1, sub: int = 8, store_tma: bool = False, variant: str = "base") -> None:
         x = inputs[0]
         self.rows, self.n = x.shape
         if self.n % (split * BOX) or split > 16:
@@ -261,7 +272,8 @@ class RowsTMA:
         self.eps = 1e-6 if op == "rms_norm" else 1e-5
         vec = 16 // x.element_size()
         self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, SUB=sub,
-                          PARAMS_SHARED=per_sm != 0, STORE_TMA=store_tma, num_warps=num_warps)
+                          PARAMS_SHARED=per_sm != 0 or variant == "params-smem", STORE_TMA=store_tma,
+                          EXP_ONCE=variant == "exp-once", num_warps=num_warps)
         compiled = _rows_tma.warmup(*self._args(), grid=(self.groups * split,), **self.sizes)
         self.shared = int(compiled.metadata.shared)
         # a program's shared memory at most (opted in; Hopper's 227 KiB where PyTorch does not say)
@@ -300,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="programs a multiprocessor (0: a cluster a row, as many at once as fit)")
     p.add_argument("--stores", type=lambda t: tuple(t.split(",")), default=("thread",),
                    help="how outputs are written: thread (by the threads), tma (over the buffer, then by TMA)")
+    p.add_argument("--variants", type=lambda t: tuple(t.split(",")), default=("base",),
+                   help="of base, params-smem (norms), exp-once (softmax); see RowsTMA")
     p.add_argument("--sub", type=int, default=8, help="rows of 256 a thread block reads from shared memory at once")
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
@@ -314,14 +328,17 @@ def main(argv: list[str] | None = None) -> int:
             for split in args.splits:
                 for warps in args.warps:
                     for buffers in args.buffers:
-                        for per_sm, store in itertools.product(args.per_sm, args.stores):
+                        for per_sm, store, variant in itertools.product(args.per_sm, args.stores, args.variants):
                             if per_sm == 0 and buffers > 1:
                                 continue  # nothing to walk to: no next row to bring in
+                            if (variant == "exp-once") != (op == "softmax") and variant != "base":
+                                continue  # a softmax's variant, or a norm's
                             walk = f"{per_sm}/SM" if per_sm else "a cluster a row"
                             name = (f"tma, split {split}, {warps} warps, {buffers} buffer{'s' * (buffers > 1)}, "
-                                    f"{walk}, {store} stores")
+                                    f"{walk}, {store} stores{', ' + variant if variant != 'base' else ''}")
                             try:
-                                k = RowsTMA(op, inputs, split, warps, buffers, per_sm, args.sub, store == "tma")
+                                k = RowsTMA(op, inputs, split, warps, buffers, per_sm, args.sub, store == "tma",
+                                            variant)
                             except Exception as e:  # noqa: BLE001 (shared memory too small, a compile error)
                                 print(f"{name}: {fusion._error(e)}", file=sys.stderr)
                                 continue
