@@ -246,8 +246,7 @@ class RowsTMA:
     kernels' design, its chunk in shared memory rather than registers, so that as many programs share a
     multiprocessor as its shared memory holds, its parameters read from global memory as the generated kernels
     read them). ``sub``: rows of a [sub, 256] tile read from shared memory at a time; ``store_tma``: outputs
-    written over the chunk's buffer and stored by TMA, not by the threads. ``variant``: ``base``, ``params-smem``
-    (a cluster a row bringing its chunk of the parameters into shared memory by TMA with x's), ``exp-once``
+    written over the chunk's buffer and stored by TMA, not by the threads. ``variant``: ``base`` or ``exp-once``
     (softmax: the exponentials kept in shared memory for the outputs)."""
 
     def __init__(self, op: str, inputs: list[torch.Tensor], split: int, num_warps: int, buffers: int,
@@ -272,7 +271,7 @@ class RowsTMA:
         self.eps = 1e-6 if op == "rms_norm" else 1e-5
         vec = 16 // x.element_size()
         self.sizes = dict(N=self.n, SPLIT=split, CR=self.cr, OP=self.op, NBUF=buffers, VEC=vec, SUB=sub,
-                          PARAMS_SHARED=per_sm != 0 or variant == "params-smem", STORE_TMA=store_tma,
+                          PARAMS_SHARED=per_sm != 0, STORE_TMA=store_tma,
                           EXP_ONCE=variant == "exp-once", num_warps=num_warps)
         compiled = _rows_tma.warmup(*self._args(), grid=(self.groups * split,), **self.sizes)
         self.shared = int(compiled.metadata.shared)
@@ -313,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stores", type=lambda t: tuple(t.split(",")), default=("thread",),
                    help="how outputs are written: thread (by the threads), tma (over the buffer, then by TMA)")
     p.add_argument("--variants", type=lambda t: tuple(t.split(",")), default=("base",),
-                   help="of base, params-smem (norms), exp-once (softmax); see RowsTMA")
+                   help="of base, exp-once (softmax); see RowsTMA")
     p.add_argument("--sub", type=int, default=8, help="rows of 256 a thread block reads from shared memory at once")
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
@@ -331,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                         for per_sm, store, variant in itertools.product(args.per_sm, args.stores, args.variants):
                             if per_sm == 0 and buffers > 1:
                                 continue  # nothing to walk to: no next row to bring in
-                            if (variant == "exp-once") != (op == "softmax") and variant != "base":
-                                continue  # a softmax's variant, or a norm's
+                            if variant == "exp-once" and op != "softmax":
+                                continue  # a softmax's variant
                             walk = f"{per_sm}/SM" if per_sm else "a cluster a row"
                             name = (f"tma, split {split}, {warps} warps, {buffers} buffer{'s' * (buffers > 1)}, "
                                     f"{walk}, {store} stores{', ' + variant if variant != 'base' else ''}")
