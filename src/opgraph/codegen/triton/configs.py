@@ -44,12 +44,12 @@ class Config:
         """
         if not self.reduction:
             return f"flat, {self.block} a program, {self.num_warps} warps"
+        meeting = ", as clusters" if self.cluster else ""
         if self.split > 1 and self.looped:
-            return f"split {self.split}, looped in steps of {self.rblock}, {self.num_warps} warps"
+            return f"split {self.split}, looped in steps of {self.rblock}, {self.num_warps} warps{meeting}"
         kind = "looped" if self.looped else f"split {self.split}" if self.split > 1 else "persistent"
         rows = f"{self.xblock}x" if self.xblock > 1 else ""
         grid = f", a grid of {self.programs} ({self.stages} stages)" if self.programs else ""
-        meeting = ", as clusters" if self.cluster else ""
         return f"{kind}, {rows}{self.rblock} a program, {self.num_warps} warps{grid}{meeting}"
 
 
