@@ -89,7 +89,7 @@ def test_split_reduction_replays_in_a_cuda_graph(case: str) -> None:
 
 
 @pytest.mark.parametrize("dt", [og.float32, og.bfloat16])
-@pytest.mark.parametrize("split,looped", [(2, False), (4, True), (16, False)])
+@pytest.mark.parametrize("split,looped", [(2, False), (4, True), (16, False), (16, True)])
 @pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
 def test_cluster_split_rows_match_unfused(case: str, split: int, looped: bool, dt: og.DType) -> None:
     """Split rows launched as thread-block clusters (``Config(cluster=True)``, sm_90): the parts meet at the
