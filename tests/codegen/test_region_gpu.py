@@ -130,6 +130,31 @@ def test_cluster_split_rows_match_unfused(case: str, split: int, looped: bool, d
             _assert_as_accurate_as_unfused(got, want, truth, static[0], floor=TOL[dt]["atol"])
 
 
+@pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_cluster_parts_under_a_register_cap_match_unfused(case: str) -> None:
+    """A split row's parts of 8 warps capped at 80 registers (``Config.maxnreg``: three programs an SM; ptxas
+    spills what does not fit), bfloat16 at 262k, against the unfused executable and a float64 oracle."""
+    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.codegen.triton.region import Config
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    rows, width, dt = 4, 262144, og.bfloat16
+    g = og.Graph()
+    x = g.placeholder((rows, width), dt)
+    w = g.placeholder((width,), dt)
+    y = CASES[case](g, x, w)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, rblock=16384, num_warps=8, split=16,
+                                                        cluster=True, maxnreg=80))
+    plain = g.compile({x: x.type, w: w.type}, [y], device="cuda", descriptor=PLAIN)
+    static = [torch.randn(rows, width, device="cuda").to(dt.torch_dtype) * 3,
+              torch.randn(width, device="cuda").to(dt.torch_dtype)]
+    args = [static[0] if t is x else static[1] if t is w else t.op.payload.cuda() for t in ins]
+    truth = _float64_oracle(case, rows, width)([t.double() for t in static])
+    _assert_as_accurate_as_unfused(kernel(*args)[0], plain.run(static)[0], truth, static[0], floor=TOL[dt]["atol"])
+
+
 @pytest.mark.parametrize("looped", [False, True], ids=["registers", "looped"])
 @pytest.mark.parametrize("split", [4, 8])
 @pytest.mark.parametrize("case", ["softmax", "log_softmax", "layer_norm", "variance", "rms_norm", "mean_keep", "max"])

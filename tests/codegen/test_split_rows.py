@@ -286,3 +286,30 @@ def test_parts_reading_another_parts_elements_keep_their_input(columns: bool) ->
     config = Config(reduction=True, xblock=8 if columns else 1, rblock=8, looped=True, num_warps=4, split=4)
     kernel = region_kernel(ops, ins, outs, config=config)
     assert not any(ins[i] is x for i, _ in kernel.inplace_ok), kernel.inplace_ok
+
+
+def test_16_bit_parts_of_eight_warps_are_also_offered_under_a_register_cap() -> None:
+    # three programs of 8 warps an SM rather than two (log_softmax's part took 108 registers, softmax's 80): the cap
+    # goes to Triton as ``maxnreg`` on CUDA only, and says so in the kernel's description
+    def capped(dtype: og.DType) -> list[Config]:
+        g = og.Graph()
+        x = g.placeholder((8, 262144), dtype)
+        y = g.log_softmax(x, 1)
+        ops, ins = region_of([y])
+        with mock.patch.object(configs, "multiprocessors", lambda: 132), \
+                mock.patch.object(configs, "_splittable", lambda em: True), \
+                mock.patch.object(configs, "clusters", lambda: True):
+            return [c for c in configs.candidate_configs(RegionEmitter(ops, ins, [y])) if c.maxnreg]
+
+    (cfg,) = capped(og.bfloat16)
+    assert (cfg.split, cfg.rblock, cfg.num_warps, cfg.cluster, cfg.maxnreg) == (16, 16384, 8, True, 80)
+    assert cfg.describe() == "split 16, 16384 a program, 8 warps, as clusters, at most 80 registers"
+    assert capped(og.float32) == []
+    g = og.Graph()
+    x = g.placeholder((2, 64), og.float32)
+    y = g.softmax(x, 1)
+    ops, ins = region_of([y])
+    kernel = region_kernel(ops, ins, [y], config=Config(reduction=True, xblock=1, rblock=64, num_warps=4, maxnreg=80))
+    data = torch.randn(2, 64)
+    (got,) = kernel(data)  # the interpreter: no register cap to take, the same result
+    torch.testing.assert_close(got, torch.softmax(data, 1))

@@ -35,6 +35,7 @@ class Config:
     programs: int = 0  # > 0: that many programs loop over the tiles (loads of the next tile overlap this one's)
     stages: int = 2  # software-pipelining depth of that loop
     cluster: bool = False  # a split row's programs launch as a thread-block cluster, meeting at its barrier (sm_90)
+    maxnreg: int = 0  # > 0: registers a thread at most (ptxas spills past it), so that more programs share an SM
 
     def describe(self) -> str:
         """In words, for tables and ``exe.kernels()``.
@@ -45,6 +46,7 @@ class Config:
         if not self.reduction:
             return f"flat, {self.block} a program, {self.num_warps} warps"
         meeting = ", as clusters" if self.cluster else ""
+        meeting += f", at most {self.maxnreg} registers" if self.maxnreg else ""
         if self.split > 1 and self.looped:
             return f"split {self.split}, looped in steps of {self.rblock}, {self.num_warps} warps{meeting}"
         kind = "looped" if self.looped else f"split {self.split}" if self.split > 1 else "persistent"
@@ -133,6 +135,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
+        sixteen_bit = bool(em.inputs) and max(int(t.dtype.itemsize) for t in em.inputs) <= 2
         if clusters():  # sm_90: the parts meet at the cluster's hardware barrier, not at counters in L2 (faster
             # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 and 16
             # warps too: the hand-written bfloat16 softmax's best was 8 (0.168 against 0.188 ms at 4, twenty-first
@@ -143,12 +146,17 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
                 if 1 < split <= MAX_CLUSTER and _part_fits(rblock, warps):
                     out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
                                       cluster=True))
+                    if warps == 8 and chunk == SPLIT_CHUNK and sixteen_bit:
+                        # three programs an SM, not two: a 16-bit log_softmax's part took 108 registers where a
+                        # softmax's takes 80 (8 bytes of spills at 80; RESULTS.md, twenty-fifth session)
+                        out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
+                                          cluster=True, maxnreg=80))
             # 16-bit rows: clusters whose parts walk their chunk twice in steps (the second walk from L2) hold few
             # registers, so that more share a multiprocessor and hide each other's meetings: 0.158 against 0.188 ms
             # for bfloat16 rms_norm 512x262144, 0.175 against 0.225 for layer_norm; float32 and softmax lose
             # (RESULTS.md, twenty-fifth session)
             split = 1 << (-(-rnumel // SPLIT_CHUNK) - 1).bit_length()
-            if 1 < split <= MAX_CLUSTER and em.inputs and max(int(t.dtype.itemsize) for t in em.inputs) <= 2:
+            if 1 < split <= MAX_CLUSTER and sixteen_bit:
                 out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=8, split=split,
                                cluster=True) for step in (2048, 4096) if step < rnumel // split]
     return out

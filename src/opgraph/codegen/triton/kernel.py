@@ -399,6 +399,8 @@ class RegionKernel:
             # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session);
             # elsewhere on, said outright unless the user set Triton's default (which 3.10 turns off)
             options["enable_fp_fusion"] = cfg.split == 1
+        if dev.type == "cuda" and cfg.maxnreg:
+            options["maxnreg"] = cfg.maxnreg
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 
 

@@ -18,7 +18,7 @@ with its time (or its one-launch time where that left it out, or its error) and 
 >>> store("k1", Config(reduction=True, xblock=64, rblock=32, looped=True, split=8), folder)
 >>> lookup("k1", folder)
 Config(reduction=True, block=1024, xblock=64, rblock=32, looped=True, num_warps=4, split=8, programs=0, stages=2,
-       cluster=False)
+       cluster=False, maxnreg=0)
 >>> lookup("k2", folder) is None
 True
 """
