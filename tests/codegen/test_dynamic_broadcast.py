@@ -73,6 +73,10 @@ def test_refused_shapes_run_the_steps_compiled_for_them_up_to_a_cap(monkeypatch:
         sources = [k.source for k in p.kernels() if k.source is not None]
         assert sources and all("tl.load" in s for s in sources)
     assert launcher.kernel._refused  # the dynamic kernel refused each first
+    # and the executable's kernels say so: the fused kernel, with the programs run for the shapes it refused
+    (info,) = [k for k in fused.kernels() if k.op == "fused_region"]
+    assert [p.shapes for p in info.specialized] == [shapes for shapes, _ in written]
+    assert all(p.kernels and {"rowsum", "squash"} <= {n for k in p.kernels for n in k.ops} for p in info.specialized)
 
 
 def _feed(inputs: list[og.Tensor], given: dict[og.Tensor, torch.Tensor]) -> list[torch.Tensor]:

@@ -326,7 +326,9 @@ class Executable:
         """The kernels a run launches, in order: each with ``.ops`` (graph op names inside it),
         ``.source`` (generated source; ``None`` for a vendor/PyTorch kernel) and ``.tuned`` (the launch
         configuration the tuner chose per input shapes, ``TunedLaunch``: printed as ``"[(256, 262144)]: split 16,
-        16384 a program, 4 warps, as clusters"``). Sources and state accesses launch nothing and are not listed.
+        16384 a program, 4 warps, as clusters"``); a fused kernel of dynamic shapes also lists, as ``.specialized``,
+        the programs compiled so far for run-time shapes it refused (``SpecializedProgram``). Sources and state
+        accesses launch nothing and are not listed.
 
         >>> import opgraph as og
         >>> g = og.Graph(); x = g.placeholder((2,), og.float32, name="x")
@@ -350,7 +352,10 @@ class Executable:
             chosen = region.tuned_configs() if region is not None else {}
             tuned = tuple(TunedLaunch(shapes, config.describe(), config.num_warps, config.split)
                           for shapes, config in chosen.items())
-            out.append(KernelInfo(o.op.name, names, getattr(launcher, "source", None), tuned))
+            programs = getattr(launcher, "specialized", None) or {}
+            specialized = tuple(SpecializedProgram(shapes, exe.kernels() if exe is not None else None)
+                                for shapes, exe in programs.items())
+            out.append(KernelInfo(o.op.name, names, getattr(launcher, "source", None), tuned, specialized))
         return out
 
     def memory_stats(self) -> MemoryStats:
@@ -444,6 +449,17 @@ class KernelInfo:
     ops: list[str]
     source: str | None
     tuned: tuple[TunedLaunch, ...] = ()
+    specialized: tuple[SpecializedProgram, ...] = ()  # a fused kernel's programs for shapes it refused
+
+
+@dataclass(frozen=True)
+class SpecializedProgram:
+    """What a fused region runs for run-time input ``shapes`` its kernel refused (dynamic dims that broadcast
+    where the kernel took them to match): its steps compiled for those static shapes, whose ``kernels`` these are
+    (``None``: they did not compile, and the steps run one by one)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    kernels: list[KernelInfo] | None
 
 
 _PARAMETER = torch.nn.Parameter  # parameters passed as inputs (the PyTorch backend) take the fast path too
