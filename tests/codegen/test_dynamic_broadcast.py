@@ -79,6 +79,23 @@ def test_refused_shapes_run_the_steps_compiled_for_them_up_to_a_cap(monkeypatch:
     assert all(p.kernels and {"rowsum", "squash"} <= {n for k in p.kernels for n in k.ops} for p in info.specialized)
 
 
+def test_a_refused_region_keeps_its_constants_constant() -> None:
+    """The static program of refused shapes holds the region's constants as constants (inlined where scalars),
+    fed only the region's other inputs."""
+    g = og.Graph()
+    x = g.placeholder((None, 8), og.float32)
+    b = g.placeholder((None,), og.float32)
+    scale = g.constant(torch.linspace(0.5, 2.0, 8))
+    y = g.tanh(g.reduce_sum(x * scale, axes=(1,)) * b * 0.25)
+    fused = g.compile({x: x.type, b: b.type}, [y], device="cpu", descriptor=FUSED)
+    xv, bv = torch.randn(1, 8), torch.randn(5)  # one row against five
+    want = torch.tanh((xv * torch.linspace(0.5, 2.0, 8)).sum(1) * bv * 0.25)
+    for _ in range(2):
+        torch.testing.assert_close(fused.run([xv, bv])[0], want, rtol=1e-5, atol=1e-6)
+    ((_, program),) = _region_launcher(fused).specialized.items()
+    assert program is not None and len(program.input_types) == 2  # x and b: the constants are the program's own
+
+
 def _feed(inputs: list[og.Tensor], given: dict[og.Tensor, torch.Tensor]) -> list[torch.Tensor]:
     """The kernel's arguments: the given placeholders' values and the constants the region reads."""
     by_id = {id(t): v for t, v in given.items()}

@@ -29,7 +29,7 @@ Reductions that drop axes other than leading ones, and their elementwise epilogu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.shape import numel
@@ -85,14 +85,18 @@ FUSED_REGION = OpDef("fused_region", infer=_fused_rule, lower=None, attrs=FusedA
 
 
 def region_graph(a: FusedAttrs, in_types: tuple[TensorType, ...], g: GraphCore | None = None, *,
-                 named: bool = False) -> tuple[list[Operation], list[Tensor], list[Tensor]]:
-    """The region rebuilt as a small graph (in ``g``, else a new one): (ops in order, input placeholders, output
-    tensors). ``named``: the ops take the names of the graph ops they came from (where still free), for the kernels
-    and errors of a graph compiled from them."""
+                 named: bool = False, sources: Sequence[Tensor | None] = ()) -> tuple[list[Operation], list[Tensor],
+                                                                                      list[Tensor]]:
+    """The region rebuilt as a small graph (in ``g``, else a new one): (ops in order, its inputs, output tensors).
+    Its inputs are placeholders, or the tensors of ``g`` given in ``sources`` (one per input, None: a placeholder).
+    ``named``: the ops take the names of the graph ops they came from (where still free), for the kernels and errors
+    of a graph compiled from them."""
     from ..ir.sources import PLACEHOLDER, PlaceholderAttrs
 
     g = GraphCore() if g is None else g
-    inputs = [g._add_op(PLACEHOLDER, [], PlaceholderAttrs(t.shape, t.dtype)).outputs[0] for t in in_types]
+    given = list(sources) or [None] * len(in_types)
+    inputs = [s if s is not None else g._add_op(PLACEHOLDER, [], PlaceholderAttrs(t.shape, t.dtype)).outputs[0]
+              for s, t in zip(given, in_types, strict=True)]
     values: list[Tensor] = []
     ops: list[Operation] = []
     for step in a.steps:

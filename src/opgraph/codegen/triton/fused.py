@@ -106,7 +106,8 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
                 specialized[shapes] = _static_program(ctx, shapes)
             static = specialized.get(shapes)
             if static is not None:  # the planner owns a fused op's results: none may be an input's memory
-                return _own_memory(static.run(list(xs)), xs)
+                fed = [x for x, c in zip(xs, ctx.constants or [None] * len(xs), strict=True) if c is None]
+                return _own_memory(static.run(fed), xs)
             if not unfused:
                 unfused.append(_unfused(ops, inputs, outputs, device, ctx.options))
             return unfused[0](*xs)
@@ -134,7 +135,8 @@ SPECIALIZED_MAX = 8  # programs a region compiles for run-time shapes its dynami
 def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> Executable | None:
     """The region's steps as an executable for inputs of these static ``shapes`` (compiled as the region was, but
     with no CUDA graph of its own): fusion groups them as the static shapes allow, so a row that broadcasts against
-    a longer operand is a reduction's kernel and an epilogue's. None where the shapes do not fit together (the steps
+    a longer operand is a reduction's kernel and an epilogue's. The region's constant inputs are constants there
+    (scalars inlined, folded), so it is fed the others only. None where the shapes do not fit together (the steps
     one by one then raise what an unfused run does)."""
     import dataclasses
 
@@ -145,10 +147,12 @@ def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> E
     descriptor = ctx.options if isinstance(ctx.options, CompilationDescriptor) else CompilationDescriptor()
     g = Graph()
     try:
-        _, inputs, outputs = region_graph(ctx.attrs, static, g, named=True)
+        sources = [g.constant(c) if c is not None else None for c in ctx.constants or (None,) * len(static)]
+        _, inputs, outputs = region_graph(ctx.attrs, static, g, named=True, sources=sources)
         # the outer executable's input positions mean nothing here
         descriptor = dataclasses.replace(descriptor, cuda_graphs=False, channels_last_inputs=())
-        return g.compile({t: t.type for t in inputs}, outputs, device=ctx.device, descriptor=descriptor)
+        feeds = [t for t, c in zip(inputs, sources, strict=True) if c is None]
+        return g.compile({t: t.type for t in feeds}, outputs, device=ctx.device, descriptor=descriptor)
     except OpgraphError:
         return None
 
