@@ -61,7 +61,7 @@ def configs(width: int, chunks: list[int]) -> list[Config]:
         # (as clusters too: parts holding few registers, so that more share a multiprocessor and hide each other's
         # meetings, as the Gluon kernel of long_rows_tma.py does with its chunk in shared memory)
         out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=w, split=split, cluster=cluster)
-                for step in (1024, 2048, 4096) for w in (4, 8) for cluster in (False, True)
+                for step in (1024, 2048, 4096, 8192) for w in (4, 8, 16) for cluster in (False, True)
                 if step < chunk and 4 <= step // (32 * w) <= 16 and (not cluster or split <= MAX_CLUSTER)]
     return out
 
