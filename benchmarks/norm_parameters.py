@@ -44,25 +44,21 @@ CONFIGS = {  # a row split into 16 parts launched as a cluster: walked in steps,
 UNFUSED = og.CompilationDescriptor(fusion=False, cuda_graphs=False)
 
 
-def _constant(t: og.Tensor) -> torch.Tensor:
-    """The value a region input that is no placeholder holds (a constant, such as epsilon)."""
-    if t.op.payload is None:
-        raise ValueError(f"region input {t} is neither a placeholder nor a constant")
-    return t.op.payload
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtypes", type=fusion.names_of(["float32", "bfloat16"]), default=["bfloat16", "float32"])
-    p.add_argument("--width", type=int, default=262144, help="row width (a multiple of 16 x the configurations' step)")
+    p.add_argument("--width", type=int, default=262144,
+                   help="row width, at most 262144 (the held configurations' 16 parts of 16384)")
     p.add_argument("--mib", type=float, default=256, help="MiB of x")
     p.add_argument("--configs", type=fusion.names_of(list(CONFIGS)), default=list(CONFIGS),
                    help=f"of {', '.join(CONFIGS)}")
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)
+    if not 0 < args.width <= 16 * 16384:  # a given configuration past its row is not refused: it would miss elements
+        p.error(f"--width must be in 1..262144, got {args.width}")
     dev = fusion.cuda_device(p)
     copy_gbps = fusion.copy_roofline(dev, 10)
-    from opgraph.codegen.triton.kernel import region_kernel, region_of
+    from opgraph.codegen.triton.kernel import region_kernel
 
     table: list[list[Any]] = []
     for dtype in args.dtypes:
@@ -75,17 +71,16 @@ def main(argv: list[str] | None = None) -> int:
             g = og.Graph()
             x, w, b = g.placeholder(xs.shape, ogt), g.placeholder(ws.shape, ogt), g.placeholder(bs.shape, ogt)
             y = build(g, x, w, b)
-            ops, ins = region_of([y])
             value = {id(x): xs, id(w): ws, id(b): bs}
-            feed: list[torch.Tensor] = [value[id(t)] if id(t) in value else _constant(t).cuda() for t in ins]
-            used = [t for t in (x, w, b) if any(t is i for i in ins)]  # the placeholders the case reads
+            region = fusion.region_case([y], value, "cuda")
+            used = [t for t in (x, w, b) if any(t is i for i in region.inputs)]  # the placeholders the case reads
             want = g.compile({t: t.type for t in used}, [y], device=dev, descriptor=UNFUSED).run(
                 [value[id(t)] for t in used])[0]
             for name in args.configs:
-                kernel = region_kernel(ops, ins, [y], config=CONFIGS[name])
-                got = kernel(*feed)[0]
+                kernel = region_kernel(region.ops, region.inputs, [y], config=CONFIGS[name])
+                got = kernel(*region.feed)[0]
                 err = float((got.float() - want.float()).abs().max() / want.float().abs().max())
-                ms = fusion.measure({"k": functools.partial(kernel, *feed)}, dev, 2, args.repeats)["k"]
+                ms = fusion.measure({"k": functools.partial(kernel, *region.feed)}, dev, 2, args.repeats)["k"]
                 t = sorted(ms)[len(ms) // 2]
                 limit = 1e-3 if dtype == "float32" else 2.0 ** -7
                 table.append([dtype, f"{rows}x{args.width}", case, CONFIGS[name].describe(), f"{t:.3f}",

@@ -33,7 +33,8 @@ SHORT = {"xblock": "x", "rblock": "r", "num_warps": "w", "split": "split", "prog
 
 
 def family(config: dict[str, Any]) -> str:
-    """A configuration as a short name: its tile, warps, split and programs (``looped`` marked)."""
+    """A configuration as a short name: its tile, warps, split and programs (``looped``, clusters and a register
+    cap marked)."""
     if not config.get("reduction"):
         return f"flat b{config.get('block')} w{config.get('num_warps')}"
     parts = [f"{SHORT[k]}{config[k]}" for k in ("xblock", "rblock", "num_warps") if k in config]
@@ -43,6 +44,10 @@ def family(config: dict[str, Any]) -> str:
         parts.append(f"split{config['split']}")
     if config.get("programs", 0):
         parts.append(f"p{config['programs']} st{config.get('stages')}")
+    if config.get("cluster"):
+        parts.append("cluster")
+    if config.get("maxnreg", 0):
+        parts.append(f"reg{config['maxnreg']}")
     return " ".join(parts)
 
 

@@ -175,6 +175,7 @@ def test_16_bit_rows_are_offered_clusters_walking_their_chunks() -> None:
         return [(c.split, c.rblock, c.num_warps) for c in found if c.cluster and c.looped]
 
     assert walking_clusters(og.bfloat16, 262144) == [(16, 2048, 8), (16, 4096, 8)]
+    assert walking_clusters(og.bfloat16, 100000) == [(8, 2048, 8), (8, 4096, 8)]  # chunks of 12500: ragged steps
     assert walking_clusters(og.float16, 65536) == [(4, 2048, 8), (4, 4096, 8)]
     assert walking_clusters(og.float32, 262144) == []
     assert walking_clusters(og.bfloat16, 1 << 20) == []  # 64 parts: more than a cluster holds
@@ -288,6 +289,23 @@ def test_parts_reading_another_parts_elements_keep_their_input(columns: bool) ->
     assert not any(ins[i] is x for i, _ in kernel.inplace_ok), kernel.inplace_ok
 
 
+def test_a_float32_scalar_leaves_a_16_bit_row_16_bit() -> None:
+    # the RMSNorm of Llama's code: x cast to float32, its epsilon a float32 constant the region reads; the row is
+    # still bfloat16 to the candidates (walking clusters, the register cap)
+    g = og.Graph()
+    x, w = g.placeholder((8, 262144), og.bfloat16), g.placeholder((262144,), og.bfloat16)
+    xf = g.cast(x, og.float32)
+    y = g.cast(xf * g.rsqrt(g.reduce_mean(xf * xf, axes=[1], keepdims=True) + 1e-6), og.bfloat16) * w
+    ops, ins = region_of([y])
+    em = RegionEmitter(ops, ins, [y])
+    assert any(t.dtype == og.float32 and t.shape == () for t in em.inputs)
+    with mock.patch.object(configs, "multiprocessors", lambda: 132), \
+            mock.patch.object(configs, "_splittable", lambda em: True), \
+            mock.patch.object(configs, "clusters", lambda: True):
+        found = configs.candidate_configs(em)
+    assert sum(c.cluster and c.looped for c in found) == 2 and sum(c.maxnreg == 80 for c in found) == 1
+
+
 def test_16_bit_parts_of_eight_warps_are_also_offered_under_a_register_cap() -> None:
     # three programs of 8 warps an SM rather than two (log_softmax's part took 108 registers, softmax's 80): the cap
     # goes to Triton as ``maxnreg`` on CUDA only, and says so in the kernel's description
@@ -313,3 +331,9 @@ def test_16_bit_parts_of_eight_warps_are_also_offered_under_a_register_cap() -> 
     data = torch.randn(2, 64)
     (got,) = kernel(data)  # the interpreter: no register cap to take, the same result
     torch.testing.assert_close(got, torch.softmax(data, 1))
+    # every compile of it for CUDA (direct, precompiled, in a worker: all from these options) asks ptxas for the cap
+    from opgraph.codegen.triton import compile_worker, precompile
+
+    gpu = torch.device("cuda", 0)
+    _, _, options = precompile.stand_in_arguments(kernel, [compile_worker.stand_in((2, 64), torch.float32, gpu)], gpu)
+    assert options["maxnreg"] == 80

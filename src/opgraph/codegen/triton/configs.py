@@ -116,7 +116,7 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
             # 16384x4096, 0.128 against 0.133 for bfloat16 32768x4096; the tuner's choice for all four float32 norms
             # at 4096 and the bfloat16 layer_norm and rms_norm (RESULTS.md, twenty-second session)
             out += [replace(looped, rblock=2048), replace(looped, rblock=2048, num_warps=8)]
-        row_bytes = rblock * max(int(t.dtype.itemsize) for t in em.inputs) if em.inputs else 0
+        row_bytes = rblock * _element_bytes(em)
         sms = multiprocessors()
         if rnumel >= 16384 and sms and row_bytes <= 65536:  # long 16-bit rows: a grid that pipelines row loads
             out += [Config(reduction=True, xblock=xblock, rblock=rblock, num_warps=w, programs=2 * sms, stages=3)
@@ -135,31 +135,34 @@ def candidate_configs(em: RegionEmitter) -> list[Config]:
         parts = 1 << (sms.bit_length() - 1)  # rows too long for that: parts walking chunks of several blocks
         if parts > 1 and rnumel > parts * SPLIT_CHUNK:
             out.append(replace(looped, split=parts))
-        sixteen_bit = bool(em.inputs) and max(int(t.dtype.itemsize) for t in em.inputs) <= 2
         if clusters():  # sm_90: the parts meet at the cluster's hardware barrier, not at counters in L2 (faster
             # at 262k, RESULTS.md twentieth session: 0.161 against 0.188 ms for float32 softmax, 256 rows); 8 and 16
             # warps too: the hand-written bfloat16 softmax's best was 8 (0.168 against 0.188 ms at 4, twenty-first
             # session; the generated one's takes the hand-written one's 80 registers since the twenty-third)
+            sixteen_bit = 0 < _element_bytes(em) <= 2
             for chunk, warps in ((SPLIT_CHUNK, 4), (SPLIT_CHUNK, 8), (SPLIT_CHUNK, 16), (2 * SPLIT_CHUNK, 16)):
                 split = 1 << (-(-rnumel // chunk) - 1).bit_length()
                 rblock = 1 << (-(-rnumel // split) - 1).bit_length()
                 if 1 < split <= MAX_CLUSTER and _part_fits(rblock, warps):
                     out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
                                       cluster=True))
-                    if warps == 8 and chunk == SPLIT_CHUNK and sixteen_bit:
-                        # three programs an SM, not two: a 16-bit log_softmax's part took 108 registers where a
-                        # softmax's takes 80 (8 bytes of spills at 80; RESULTS.md, twenty-fifth session)
+                    if warps == 8 and sixteen_bit:  # three programs an SM, not two: a bfloat16 log_softmax's part
+                        # took 108 registers, a softmax's 80 (RESULTS.md, twenty-fifth session)
                         out.append(Config(reduction=True, xblock=1, rblock=rblock, num_warps=warps, split=split,
                                           cluster=True, maxnreg=80))
-            # 16-bit rows: clusters whose parts walk their chunk twice in steps (the second walk from L2) hold few
-            # registers, so that more share a multiprocessor and hide each other's meetings: 0.158 against 0.188 ms
-            # for bfloat16 rms_norm 512x262144, 0.175 against 0.225 for layer_norm; float32 and softmax lose
-            # (RESULTS.md, twenty-fifth session)
-            split = 1 << (-(-rnumel // SPLIT_CHUNK) - 1).bit_length()
+            # 16-bit rows: parts walking their chunk twice (the second from L2) hold few registers, so more share an
+            # SM and hide each other's meetings (bfloat16 norms at 262k: 17-20% faster; RESULTS.md, 25th session)
+            split = 1 << (-(-rnumel // SPLIT_CHUNK) - 1).bit_length()  # a chunk of 8192 or more: two steps at least
             if 1 < split <= MAX_CLUSTER and sixteen_bit:
                 out += [Config(reduction=True, xblock=1, rblock=step, looped=True, num_warps=8, split=split,
-                               cluster=True) for step in (2048, 4096) if step < rnumel // split]
+                               cluster=True) for step in (2048, 4096)]
     return out
+
+
+def _element_bytes(em: RegionEmitter) -> int:
+    """Bytes an element of the region's widest input (0: none), scalars left out: a float32 epsilon read as a
+    constant does not make a bfloat16 row a float32 one."""
+    return max((int(t.dtype.itemsize) for t in em.inputs if math.prod(d or 2 for d in t.shape) > 1), default=0)
 
 
 def _part_fits(rblock: int, warps: int) -> bool:

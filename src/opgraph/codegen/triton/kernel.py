@@ -399,7 +399,7 @@ class RegionKernel:
             # ResNet-50/MobileNetV2 gradients 9-22x eager's error, without 1.0-1.5x (RESULTS.md, eleventh session);
             # elsewhere on, said outright unless the user set Triton's default (which 3.10 turns off)
             options["enable_fp_fusion"] = cfg.split == 1
-        if dev.type == "cuda" and cfg.maxnreg:
+        if dev.type == "cuda" and cfg.maxnreg and torch.version.hip is None:  # ptxas's cap: NVIDIA only
             options["maxnreg"] = cfg.maxnreg
         return [*inputs, *outs, *extra, *launch.ints, *strides], options
 
