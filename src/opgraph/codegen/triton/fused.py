@@ -106,7 +106,7 @@ def _lower_fused(ctx: LowerContext) -> Callable[..., Any]:
                 specialized[shapes] = _static_program(ctx, shapes)
             static = specialized.get(shapes)
             if static is not None:  # the planner owns a fused op's results: none may be an input's memory
-                fed = [x for x, c in zip(xs, ctx.constants or [None] * len(xs), strict=True) if c is None]
+                fed = [x for x, c in zip(xs, _constants(ctx), strict=True) if c is None]
                 return _own_memory(static.run(fed), xs)
             if not unfused:
                 unfused.append(_unfused(ops, inputs, outputs, device, ctx.options))
@@ -147,7 +147,7 @@ def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> E
     descriptor = ctx.options if isinstance(ctx.options, CompilationDescriptor) else CompilationDescriptor()
     g = Graph()
     try:
-        sources = [g.constant(c) if c is not None else None for c in ctx.constants or (None,) * len(static)]
+        sources = [g.constant(c) if c is not None else None for c in _constants(ctx)]
         _, inputs, outputs = region_graph(ctx.attrs, static, g, named=True, sources=sources)
         # the outer executable's input positions mean nothing here
         descriptor = dataclasses.replace(descriptor, cuda_graphs=False, channels_last_inputs=())
@@ -155,6 +155,11 @@ def _static_program(ctx: LowerContext, shapes: tuple[tuple[int, ...], ...]) -> E
         return g.compile({t: t.type for t in feeds}, outputs, device=ctx.device, descriptor=descriptor)
     except OpgraphError:
         return None
+
+
+def _constants(ctx: LowerContext) -> tuple[Any, ...]:
+    """The value of each region input that is a constant, else None (None everywhere where none were given)."""
+    return ctx.constants or (None,) * len(ctx.in_types)
 
 
 def _own_memory(outs: Sequence[Any], xs: Sequence[Any]) -> list[Any]:
